@@ -1,0 +1,384 @@
+"""The one Transformer backbone every objective in unigen runs on.
+
+A BERT-sized encoder in nanoGPT style: token + absolute position + segment embeddings, pre-LayerNorm
+blocks, a final LayerNorm, and heads called separately:
+
+    h = model(input_ids, position_ids, segment_ids, attn_mask)   # (B, L, d)
+    logits = model.lm_logits(h)                                   # tied to the token embedding, with bias
+    nsp = model.nsp_logits(h[:, 0])                               # UniLM's next-sentence head
+    logp, lam, alpha = model.copy_head(...)                       # PALM's pointer-generator (Eq. 2-8)
+
+The backbone never knows which paper it serves: every objective is only a way of building
+(tokens, positions, segments, attention mask, targets).  Position ids are ALWAYS explicit because UniLMv2's
+pseudo tokens [P] and ERNIE-GEN's [ATTN] reuse the position of the token they stand for.
+
+Attention has one entry point, `attention()`, with two interchangeable paths that tests hold equal:
+  naive  softmax(QK^T / sqrt(d) + bias + M) V written out (the readable reference),
+  sdpa   torch.nn.functional.scaled_dot_product_attention with the boolean mask (or, with a relative position
+         bias, the bias as a float mask with -inf where the boolean mask says no).
+Relative position bias (UniLMv2 section 4.1; T5's bidirectional buckets) is computed once per forward from the
+position ids and added in every layer.
+
+A KV cache (`KVCache`) lets generate.py run only the new tokens at each decoding step: a forward with a cache
+attends to the cached keys/values plus the new ones; `cache.commit(n)` then keeps the first n new tokens.
+
+Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; this is the papers' BERT backbone
+(pre-LN for stable training from scratch, which the papers' post-LN BERT is not; say so when comparing).
+"""
+import math
+from dataclasses import dataclass, asdict, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 8192
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    ffn_dim: int = 1024
+    max_position: int = 512       # absolute position table size
+    n_segment: int = 6            # UniLM uses 6 segment ids as LM identifiers (section 2.2)
+    dropout: float = 0.1
+    rel_pos_buckets: int = 0      # UniLMv2 relative position bias: 0 = off, the paper uses 32
+    rel_pos_max_distance: int = 128
+    attn_impl: str = "sdpa"       # naive | sdpa
+    copy_head: bool = False       # PALM's pointer-generator (section 2.3)
+    layer_norm_eps: float = 1e-12
+
+    def __post_init__(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl={self.attn_impl!r}; choose one of {ATTN_IMPLS}")
+
+    @classmethod
+    def from_dict(cls, d):
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown ModelConfig keys {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**d)
+
+    to_dict = asdict
+
+
+PRESETS = {
+    # a CPU classroom model: trains on a laptop in minutes
+    "tiny": dict(n_layer=2, n_head=4, n_embd=128, ffn_dim=512, max_position=256),
+    "small": dict(n_layer=6, n_head=8, n_embd=512, ffn_dim=2048, max_position=512),
+    # the papers' BASE: 12 layers, 768 wide, 12 heads, 3072 FFN (UniLM 2.1, UniLMv2 4.1, ERNIE-GEN 4, PALM 3.1)
+    "base": dict(n_layer=12, n_head=12, n_embd=768, ffn_dim=3072, max_position=512),
+}
+
+ATTN_IMPLS = ("naive", "sdpa")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention: one entry point, two paths
+
+
+def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
+    """Masked multi-head attention.
+
+    q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool, True = "query i may attend key j";
+    bias: optional (B, H, Lq, Lk) float added to the scores (the relative position bias), already -inf wherever
+    the mask says no (Transformer.encode prepares it once per forward).
+    Every query row must allow at least one key (Transformer.encode guarantees it).
+    """
+    if impl == "naive":
+        return naive_attention(q, k, v, mask, bias, dropout_p)
+    # sdpa takes either the boolean mask (broadcast over heads) or the float bias-with-mask
+    m = mask[:, None] if bias is None else bias.to(q.dtype)            # (B, 1 or H, Lq, Lk)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=dropout_p)
+
+
+def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
+    """softmax(Q K^T / sqrt(d) + bias, masked) V, written out (Vaswani et al. Eq. 1)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))            # (B, H, Lq, Lk)
+    if bias is not None:
+        scores = scores + bias
+    # -inf makes a forbidden key's weight exactly 0, so its gradient is exactly 0 too (the leakage tests rely on it)
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    weights = F.dropout(scores.softmax(dim=-1), p=dropout_p)
+    return weights @ v                                                  # (B, H, Lq, D)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Relative position bias (UniLMv2 4.1, after T5): bucket the signed distance, one learned scalar per bucket and head
+
+
+def relative_position_bucket(relative_position, num_buckets=32, max_distance=128):
+    """T5's bidirectional bucketing of relative_position = key_pos - query_pos.
+
+    Half the buckets for each sign; inside a half, distances below max_exact = num_buckets // 4 get a bucket each,
+    larger ones share log-spaced buckets up to max_distance, beyond which everything lands in the last bucket.
+    """
+    half = num_buckets // 2
+    bucket = (relative_position > 0).long() * half                      # keys to the right use the upper half
+    n = relative_position.abs()
+    max_exact = half // 2
+    # log-spaced buckets between max_exact and max_distance
+    log_ratio = torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (half - max_exact)).long()
+    large = large.clamp(max=half - 1)
+    return bucket + torch.where(n < max_exact, n, large)
+
+
+class RelativePositionBias(nn.Module):
+    def __init__(self, num_buckets, max_distance, n_head):
+        super().__init__()
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.table = nn.Embedding(num_buckets, n_head)
+
+    def forward(self, q_pos, k_pos):
+        """q_pos: (B, Lq), k_pos: (B, Lk) position ids -> bias (B, H, Lq, Lk).
+
+        Distances come from the position ids, not the sequence index, so a pseudo token [P] appended at the end
+        of the sequence is as close to its neighbours as the token it stands for.
+        """
+        rel = k_pos[:, None, :] - q_pos[:, :, None]                     # (B, Lq, Lk)
+        buckets = relative_position_bucket(rel, self.num_buckets, self.max_distance)
+        return self.table(buckets).permute(0, 3, 1, 2)                  # (B, H, Lq, Lk)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# KV cache for incremental decoding
+
+
+class KVCache:
+    """Per-layer keys and values of the tokens decoded so far (plus their positions, for the relative bias).
+
+    A forward with a cache computes K/V for the new tokens and attends to cache + new; the new K/V wait in
+    `pending` until `commit(n)` keeps the first n of them (the query token of the step is then dropped).
+    """
+
+    def __init__(self, n_layer):
+        self.k = [None] * n_layer            # each (B, H, Lc, D)
+        self.v = [None] * n_layer
+        self.pos = None                      # (B, Lc) position ids of the cached tokens
+        self.pending = [None] * n_layer
+        self.pending_pos = None
+
+    def __len__(self):
+        return 0 if self.pos is None else self.pos.size(1)
+
+    def layer(self, i, k_new, v_new):
+        """Keys/values layer i attends to: cached ones followed by the new ones."""
+        self.pending[i] = (k_new, v_new)
+        if self.k[i] is None:
+            return k_new, v_new
+        return torch.cat([self.k[i], k_new], dim=2), torch.cat([self.v[i], v_new], dim=2)
+
+    def commit(self, n):
+        """Keep the first n new tokens of the last forward in the cache."""
+        for i, (k_new, v_new) in enumerate(self.pending):
+            k_new, v_new = k_new[:, :, :n], v_new[:, :, :n]
+            self.k[i] = k_new if self.k[i] is None else torch.cat([self.k[i], k_new], dim=2)
+            self.v[i] = v_new if self.v[i] is None else torch.cat([self.v[i], v_new], dim=2)
+        new_pos = self.pending_pos[:, :n]
+        self.pos = new_pos if self.pos is None else torch.cat([self.pos, new_pos], dim=1)
+        self.pending = [None] * len(self.pending)
+
+    def reorder(self, index):
+        """Beam search: keep batch rows `index` (B',) of every cached tensor."""
+        self.k = [k.index_select(0, index) for k in self.k]
+        self.v = [v.index_select(0, index) for v in self.v]
+        self.pos = self.pos.index_select(0, index)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Transformer
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg            # read attn_impl at call time so tests and benchmarks can switch paths
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x, mask, bias=None, cache=None, layer_idx=0):
+        B, L, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        H = self.cfg.n_head
+        q, k, v = (t.view(B, L, H, C // H).transpose(1, 2) for t in (q, k, v))                  # (B, H, L, D)
+        if cache is not None:
+            k, v = cache.layer(layer_idx, k, v)                        # (B, H, Lc + L, D)
+        p = self.cfg.dropout if self.training else 0.0
+        y = attention(q, k, v, mask, bias, self.cfg.attn_impl, p)      # (B, H, L, D)
+        y = y.transpose(1, 2).reshape(B, L, C)
+        return F.dropout(self.proj(y), p, self.training)
+
+
+class Block(nn.Module):
+    """Pre-LN Transformer block: x + Attn(LN(x)), then x + FFN(LN(x))."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.attn = SelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.ffn = nn.Sequential(nn.Linear(cfg.n_embd, cfg.ffn_dim), nn.GELU(), nn.Linear(cfg.ffn_dim, cfg.n_embd))
+        self.dropout = cfg.dropout
+
+    def forward(self, x, mask, bias=None, cache=None, layer_idx=0):
+        x = x + self.attn(self.ln1(x), mask, bias, cache, layer_idx)
+        return x + F.dropout(self.ffn(self.ln2(x)), self.dropout, self.training)
+
+
+class PointerGenerator(nn.Module):
+    """PALM's copy head (section 2.3, after See et al. 2017), on top of the final-layer states.
+
+    s_t: decoder states (B, T, d); h: context states (B, S, d); src_ids (B, S); src_mask (B, S) True = may copy.
+      e_t,l   = w^c . tanh(W^m h_l + W^s s_t + b^c)            (Eq. 3)
+      alpha_t = softmax_l(e_t)  over real context positions    (Eq. 4)
+      z_t     = sum_l alpha_t,l h_l                            (Eq. 5)
+      P^c(y)  = sum_{l: x_l = y} alpha_t,l  (scatter-add)     (Eq. 6)
+      lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 7)
+      P(y)    = lambda P^v(y) + (1 - lambda) P^c(y)            (Eq. 8)
+    Returns log P (B, T, V) computed in fp32 in log space, lambda (B, T) and alpha (B, T, S).
+    """
+
+    def __init__(self, d):
+        super().__init__()
+        self.W_m = nn.Linear(d, d, bias=False)
+        self.W_s = nn.Linear(d, d, bias=True)       # its bias is b^c
+        self.w_c = nn.Linear(d, 1, bias=False)
+        self.gate = nn.Linear(2 * d, 1)             # [w^z; w^s] and b^m
+
+    def forward(self, vocab_logits, s, h, src_ids, src_mask, force_lambda=None):
+        e = self.w_c(torch.tanh(self.W_m(h)[:, None] + self.W_s(s)[:, :, None])).squeeze(-1)   # (B, T, S)
+        e = e.float().masked_fill(~src_mask[:, None, :], float("-inf"))
+        log_alpha = e.log_softmax(dim=-1)                                                      # (B, T, S)
+        alpha = log_alpha.exp()
+        z = alpha.to(h.dtype) @ h                                                              # (B, T, d)
+        gate_logit = self.gate(torch.cat([z, s], dim=-1)).squeeze(-1).float()                 # (B, T)
+        log_lam, log_1m_lam = F.logsigmoid(gate_logit), F.logsigmoid(-gate_logit)
+        if force_lambda is not None:                # ablations and tests: lambda = 1 turns copying off
+            lam = torch.full_like(gate_logit, force_lambda)
+            log_lam, log_1m_lam = lam.log(), (1 - lam).log()
+        log_pv = vocab_logits.float().log_softmax(dim=-1)                                      # (B, T, V)
+        # P^c: scatter alpha onto the vocabulary; repeated context tokens add up (Eq. 6)
+        index = src_ids[:, None, :].expand(-1, alpha.size(1), -1)
+        pc = torch.zeros_like(log_pv).scatter_add_(-1, index, alpha)
+        # log P^c is -inf where nothing can be copied; the clamp keeps the unused branch's gradient finite (not 0/0)
+        log_pc = torch.where(pc > 0, pc.clamp_min(1e-30).log(), float("-inf"))
+        # Eq. 8 in log space: log(lambda Pv + (1-lambda) Pc) = logsumexp(log lambda + log Pv, log(1-lambda) + log Pc)
+        logp = torch.logaddexp(log_lam[..., None] + log_pv, log_1m_lam[..., None] + log_pc)
+        return logp, log_lam.exp(), alpha
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        d = cfg.n_embd
+        self.tok_emb = nn.Embedding(cfg.vocab_size, d)
+        self.pos_emb = nn.Embedding(cfg.max_position, d)
+        self.seg_emb = nn.Embedding(cfg.n_segment, d)
+        self.emb_ln = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.rel_bias = (RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance, cfg.n_head)
+                         if cfg.rel_pos_buckets else None)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        # LM head: BERT's transform (dense, GELU, LN), then the token embedding transposed + a bias.
+        # In PALM's notation P^v = softmax(W^e (W^v s_t + b^v)) with W^e tied to the embedding (Eq. 2).
+        self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d, eps=cfg.layer_norm_eps))
+        self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.nsp_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))   # pooler + classifier
+        self.copy_head = PointerGenerator(d) if cfg.copy_head else None
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module):
+        # BERT: N(0, 0.02) weights, zero biases, LayerNorm (1, 0)
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    # --- the backbone -------------------------------------------------------------------------------------------
+
+    def embed(self, input_ids, position_ids, segment_ids):
+        """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
+        if position_ids.max() >= self.config.max_position:
+            raise ValueError(f"position id {int(position_ids.max())} >= max_position {self.config.max_position}; "
+                             "truncate the input (train.py does) or use a config with more positions")
+        x = self.tok_emb(input_ids) + self.pos_emb(position_ids) + self.seg_emb(segment_ids)
+        return F.dropout(self.emb_ln(x), self.config.dropout, self.training)
+
+    def encode(self, x, position_ids, attn_mask, cache=None):
+        """Run the blocks over embeddings x (B, L, d); attn_mask (B, L, Lc + L) bool with Lc cached keys."""
+        if attn_mask.dim() == 2:
+            attn_mask = attn_mask[None].expand(x.size(0), -1, -1)
+        # a query that may see nothing (a padding row) would make softmax 0/0: let it see itself, harmlessly
+        n_cached = attn_mask.size(-1) - x.size(1)
+        dead = ~attn_mask.any(dim=-1)                                  # (B, L)
+        if dead.any():
+            eye = F.pad(torch.eye(x.size(1), dtype=torch.bool, device=x.device), (n_cached, 0))  # (L, Lc + L)
+            attn_mask = attn_mask | (eye[None] & dead[..., None])
+        k_pos = position_ids
+        if cache is not None:
+            cache.pending_pos = position_ids
+            if len(cache):
+                k_pos = torch.cat([cache.pos, position_ids], dim=1)
+        bias = None
+        if self.rel_bias is not None:
+            # computed once and shared by every layer (UniLMv2 4.1); -inf where the mask forbids, for sdpa
+            bias = self.rel_bias(position_ids, k_pos).masked_fill(~attn_mask[:, None], float("-inf"))
+        for i, block in enumerate(self.blocks):
+            x = block(x, attn_mask, bias, cache, i)
+        return self.ln_f(x)
+
+    def forward(self, input_ids, position_ids, segment_ids, attn_mask, cache=None):
+        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j."""
+        return self.encode(self.embed(input_ids, position_ids, segment_ids), position_ids, attn_mask, cache)
+
+    # --- heads ---------------------------------------------------------------------------------------------------
+
+    def lm_logits(self, h):
+        """(..., d) -> (..., V): the masked-LM / generation head, tied to the token embedding."""
+        return self.lm_transform(h) @ self.tok_emb.weight.t() + self.lm_bias
+
+    def nsp_logits(self, h_first):
+        """(B, d) states at [SOS] -> (B, 2) is-next / not-next logits (UniLM 2.3, from BERT)."""
+        return self.nsp_head(h_first)
+
+    # --- bookkeeping ---------------------------------------------------------------------------------------------
+
+    def num_params(self, non_embedding=True):
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.pos_emb.weight.numel() + self.tok_emb.weight.numel() + self.seg_emb.weight.numel()
+        return n
+
+    def estimate_flops(self, seq_len, n_pred=None):
+        """Training FLOPs per token (forward + backward) at sequence length seq_len.
+
+            6 * N  +  12 * n_layer * d * seq_len  +  6 * d * V * n_pred / seq_len
+
+        6N: each non-embedding weight does one multiply-add (2 FLOPs) forward and two backward (Kaplan et al. 2020);
+        12 * n_layer * d * T: the attention scores QK^T and the weighted sum AV, 2 * 2 * T * d each forward, x3 with
+        backward (the PaLM paper's formula; masked-out scores are still computed by dense kernels, so they count);
+        the tied output projection (d x V) runs only at the n_pred predicted rows of the sequence (default: all).
+        """
+        cfg = self.config
+        n_body = self.num_params() - cfg.vocab_size    # the LM bias is not a matmul
+        n_pred = seq_len if n_pred is None else n_pred
+        return 6 * n_body + 12 * cfg.n_layer * cfg.n_embd * seq_len + 6 * cfg.n_embd * cfg.vocab_size * n_pred / seq_len
+
+
+# peak dense bf16 tensor FLOP/s by device name, for MFU
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
+
+
+def peak_flops(device):
+    """Peak bf16 FLOP/s of a CUDA device looked up by name, or None (CPU, unknown card: no MFU shown)."""
+    if torch.device(device).type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
