@@ -48,6 +48,8 @@ class Objective:
     name = None
     query_token = None            # "[MASK]" | "[P]" | "[ATTN]" | None (next-token prediction)
     segments = (0, 1)             # segment ids of (source, target) in seq2seq fine-tuning and decoding
+    options = {}                  # the objective's own options and their defaults (train.py makes them --flags)
+    model_defaults = {}           # ModelConfig fields it needs (pmlm: relative position bias; palm: the copy head)
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0):
         if task not in ("pretrain", "seq2seq"):

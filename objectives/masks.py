@@ -132,7 +132,7 @@ def multi_flow(kind, block):
       word flow M_W:        [ATTN]_i sees S' + T'_<i + itself
       span flow M_S:        [ATTN]_j (j in [b, e)) sees S' + T'_<b + itself
 
-    Example: S' = s1 s2, T' = t1 t2 t3, one span [t2, t3) = t2 t3 (block 2) and one span [t1] (block 1):
+    Example: S' = s1 s2, T' = t1 t2 t3, spans {t1} (block 1) and {t2, t3} (both block 2):
                   s1 s2 t1 t2 t3 | W1 W2 W3 | S1 S2 S3
         s1, s2     1  1  0  0  0 |  0  0  0 |  0  0  0
         t1         1  1  1  0  0 |  0  0  0 |  0  0  0

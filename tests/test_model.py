@@ -130,4 +130,4 @@ def test_estimate_flops_formula():
     cfg = model.config
     n = model.num_params() - cfg.vocab_size
     assert model.estimate_flops(64) == 6 * n + 12 * cfg.n_layer * cfg.n_embd * 64 + 6 * cfg.n_embd * cfg.vocab_size
-    assert model.estimate_flops(64, n_pred=16) < model.estimate_flops(64)
+    assert model.estimate_flops(64, pred_frac=0.15) < model.estimate_flops(64)

@@ -1,0 +1,153 @@
+"""Decoding speed: generate.py with the KV cache vs without it, and Hugging Face BART-base, same shapes.
+
+Setting (the issue's): the BASE preset (12 layers, 768 wide, vocab 30522), batch 32, 512-token sources, exactly 64 new
+tokens (min_len = max_len = 64), beam 5, trigram blocking. Hugging Face `BartForConditionalGeneration(BartConfig())`
+(bart-base's shape: 6 + 6 layers, 768 wide, random weights) decodes the same shapes with num_beams 5,
+no_repeat_ngram_size 3, min_new_tokens = max_new_tokens = 64. On CUDA both run with bf16 weights. Each row: one
+warm-up call, then the median of --repeats timed calls (torch.cuda.synchronize around each). Random weights are
+fine: with [EOS] blocked until the last token, the work per call does not depend on what is generated.
+
+Run:  python bench/bench_generate.py                  # on a GPU; prints a markdown table, writes $OUT/*.json
+      python bench/bench_generate.py --tiny           # a seconds-long CPU smoke run of the same code
+Goals (the issue): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s.
+Left out: quality (random weights), sampling, batch-size sweeps (pass --batch), torch.compile.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import generate as G                                    # noqa: E402
+import model as M                                       # noqa: E402
+from objectives import get_objective                    # noqa: E402
+from tokenizer import SPECIAL_TOKENS, WordPiece         # noqa: E402
+
+
+def synthetic_tokenizer(vocab_size):
+    """A vocabulary of the right size: the specials, ".", then placeholder pieces."""
+    words = [f"t{i}" for i in range(vocab_size - len(SPECIAL_TOKENS) - 1)]
+    return WordPiece(list(SPECIAL_TOKENS) + ["."] + words)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, repeats, device):
+    """One warm-up call, then the median wall time of `repeats` calls."""
+    out = fn()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times, out
+
+
+def bench_ours(args, device, dtype, name, use_cache):
+    tok = synthetic_tokenizer(args.vocab)
+    obj = get_objective(name, tok, task="seq2seq")
+    cfg = dict(M.PRESETS[args.preset], vocab_size=args.vocab, dropout=0.0)
+    cfg.update(getattr(obj, "model_defaults", {}))          # palm: the copy head; pmlm: relative position bias
+    # the whole source (args.src_len tokens with [SOS]/[EOS]) and every new token must have a position id
+    cfg["max_position"] = max(cfg["max_position"], args.src_len + args.new_tokens)
+    torch.manual_seed(0)
+    model = M.Transformer(M.ModelConfig(**cfg)).to(device=device, dtype=dtype).eval()
+    rng = random.Random(0)
+    sources = [[rng.randrange(len(SPECIAL_TOKENS) + 1, args.vocab) for _ in range(args.src_len - 2)]
+               for _ in range(args.batch)]
+    run = lambda: G.generate(model, obj, sources, beam_size=args.beam, max_len=args.new_tokens,
+                             min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch)
+    median, times, out = timed(run, args.repeats, device)
+    lengths = {len(h[0][0]) for h in out}
+    assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"
+    return dict(system=f"unigen {name} ({'KV cache' if use_cache else 'no cache'})", seconds=median, times=times,
+                sentences_per_s=args.batch / median, params=sum(p.numel() for p in model.parameters()))
+
+
+def bench_bart(args, device, dtype):
+    """HF BART with its own generate(); None (row skipped) when transformers is not installed."""
+    try:
+        from transformers import BartConfig, BartForConditionalGeneration
+    except ImportError:
+        return None
+    cfg = BartConfig() if not args.tiny else BartConfig(
+        vocab_size=args.vocab, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(cfg).to(device=device, dtype=dtype).eval()
+    ids = torch.randint(4, cfg.vocab_size, (args.batch, args.src_len), device=device)       # no special ids
+    run = lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=args.beam,
+                                 no_repeat_ngram_size=3, min_new_tokens=args.new_tokens,
+                                 max_new_tokens=args.new_tokens, length_penalty=1.0, early_stopping=True,
+                                 do_sample=False)
+    with torch.no_grad():
+        median, times, out = timed(run, args.repeats, device)
+    new = out.size(1) - 1                                   # minus the decoder start token
+    assert new == args.new_tokens, f"BART generated {new} tokens, expected {args.new_tokens}"
+    return dict(system="HF BART-base (BartForConditionalGeneration)", seconds=median, times=times,
+                sentences_per_s=args.batch / median, params=sum(p.numel() for p in model.parameters()))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tiny", action="store_true", help="a small CPU smoke run of the same code")
+    p.add_argument("--objectives", default="unilm", help="comma list of unilm, pmlm, ernie_gen, palm")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--src_len", type=int, default=512, help="source tokens, [SOS] and [EOS] included")
+    p.add_argument("--new_tokens", type=int, default=64)
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no_bart", action="store_true")
+    p.add_argument("--no_nocache", action="store_true", help="skip the (slow) no-cache rows")
+    args = p.parse_args()
+    args.preset, args.vocab = "base", 30522
+    if args.tiny:
+        args.preset, args.vocab, args.batch, args.src_len, args.new_tokens, args.beam, args.repeats = \
+            "tiny", 1000, 4, 32, 8, 3, 1
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, {dtype}, "
+          f"preset {args.preset}, batch {args.batch}, source {args.src_len}, new tokens {args.new_tokens}, "
+          f"beam {args.beam}, repeats {args.repeats}", flush=True)
+    rows = []
+    for name in args.objectives.split(","):
+        for use_cache in (True, False)[:1 if args.no_nocache else 2]:
+            rows.append(bench_ours(args, device, dtype, name, use_cache))
+            print(rows[-1]["system"], f"{rows[-1]['seconds']:.3f} s", flush=True)
+    bart = None if args.no_bart else bench_bart(args, device, dtype)
+    if bart is None:
+        print("HF BART row skipped (transformers not installed or --no_bart)")
+    else:
+        rows.append(bart)
+    ratios = {}
+    for name in args.objectives.split(","):
+        mine = {r["system"]: r["sentences_per_s"] for r in rows if f" {name} (" in r["system"]}
+        cache = mine[f"unigen {name} (KV cache)"]
+        if f"unigen {name} (no cache)" in mine:
+            ratios[f"{name}: cache / no-cache"] = cache / mine[f"unigen {name} (no cache)"]
+        if bart:
+            ratios[f"{name}: cache / BART-base"] = cache / bart["sentences_per_s"]
+    if os.environ.get("OUT"):
+        path = Path(os.environ["OUT"]) / "bench_generate.json"
+        path.write_text(json.dumps(dict(settings=vars(args), device=str(device), rows=rows, ratios=ratios), indent=1))
+        print(f"wrote {path}")
+    print("\n| system | s / batch | sentences/s |\n| --- | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['system']} | {r['seconds']:.3f} | {r['sentences_per_s']:.2f} |")
+    for k, v in ratios.items():
+        print(f"| {k} | | {v:.2f}x |")
+
+if __name__ == "__main__":
+    main()

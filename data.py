@@ -1,0 +1,554 @@
+"""Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs (seq2seq).
+
+Every objective consumes the same two kinds of example (DESIGN.md, "Contracts"):
+  pretrain  one contiguous passage of a document: a list of sentences, each a list of token ids
+            (UniLM Sec. 2.3 samples "segments" from such text; the objective decides how to cut it)
+  seq2seq   (src_ids, tgt_ids)
+No special tokens are added here: objectives add [SOS]/[EOS]/[MASK]/[P]/[ATTN] themselves, so a caller
+passes a passage budget of max_len minus the room its objective needs.
+
+The embedded default corpus is the English prose CPython ships, so it is real and offline everywhere:
+the pydoc topics (`pydoc_data.topics`) and the docstrings of the standard library, read by parsing
+its .py files with `ast` (never importing them). The default seq2seq task turns the same docstrings
+into "docstring body -> one-line summary" pairs, split train/valid/test by module. On CPython 3.11:
+462 documents, 2.1M characters, 24k sentences; 2,663 seq2seq pairs.
+
+    tok, splits, info = prepare_pretrain()                 # embedded corpus, cached in .cache/
+    tok, splits, info = prepare_pretrain("my_texts/")      # *.txt files, blank line = new document
+    pairs = prepare_seq2seq("data/train.article.txt", tok) # + valid/test siblings if present
+    for batch, state in infinite_batches(splits["train"], 32, seed=0, rank=r, world_size=w): ...
+
+Everything slow (stdlib parsing, vocabulary training, tokenization) is cached under cache_dir and
+rebuilt when its inputs change; delete the folder at any time. Under torchrun, let rank 0 prepare
+first (then a barrier) so the ranks do not all build the same cache.
+
+Left out on purpose: streaming corpora larger than memory, sentence splitting by a trained model
+(the regex splitter's limits are listed at split_sentences), and any download.
+"""
+import ast
+import hashlib
+import inspect
+import json
+import os
+import random
+import re
+import sys
+import sysconfig
+import warnings
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from tqdm import tqdm
+
+_VERSION = 1  # bump when extraction, splitting or caching rules change: every cache is then rebuilt
+
+
+class DataError(ValueError):
+    """A problem with the user's data; the message names the file (and line or byte) at fault."""
+
+
+class Document(NamedTuple):
+    name: str  # stable id: split assignment hashes it
+    text: str  # paragraphs separated by blank lines
+
+
+def _sha1(*parts) -> str:
+    h = hashlib.sha1()
+    for p in parts:
+        h.update(str(p).encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()
+
+
+def _code_key(cls) -> str:
+    """Hash of the file defining the tokenizer class: editing tokenizer.py retrains and re-tokenizes."""
+    return hashlib.sha1(Path(inspect.getfile(cls)).read_bytes()).hexdigest()
+
+
+def _bucket(name: str) -> float:
+    """A stable number in [0, 1) for a name (crc32, unlike hash(), does not change between runs)."""
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) / 2**32
+
+
+# ----------------------------------------------------------------------------- the embedded corpus
+
+# test suites, the IDE, the turtle demos, installed third-party packages, generated codec tables
+_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "turtledemo", "site-packages", "dist-packages",
+              "__pycache__", "encodings", "ensurepip"}
+_MIN_DOC_CHARS = 200
+
+
+def _docstrings(node, prefix=""):
+    """(qualified name, cleaned docstring) of every class/function under node, in source order."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(child, clean=True)  # inspect.cleandoc: dedent, strip
+            if doc:
+                yield prefix + child.name, doc
+            yield from _docstrings(child, prefix + child.name + ".")
+        elif isinstance(child, ast.stmt):  # defs hide inside if/try/with blocks too
+            yield from _docstrings(child, prefix)
+
+
+def _parse_stdlib(root: Path) -> dict:
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("config-")]
+        files += [Path(folder) / n for n in names if n.endswith(".py")]
+    modules, failed = [], 0
+    for path in sorted(files):
+        try:
+            tree = ast.parse(path.read_bytes())  # bytes: ast honours the file's coding declaration
+        except (SyntaxError, ValueError, UnicodeDecodeError, OSError):
+            failed += 1
+            continue
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        defs = [["<module>", ast.get_docstring(tree, clean=True) or ""], *map(list, _docstrings(tree))]
+        modules.append({"module": name, "docstrings": [d for d in defs if d[1]]})
+    return {"files": len(files), "failed": failed, "modules": modules}
+
+
+def stdlib_docstrings(cache_dir=".cache") -> dict:
+    """{"files", "failed", "modules": [{"module", "docstrings": [[qualname, doc], ...]}]}, cached as JSON
+    keyed by the Python version and stdlib path (parsing the whole stdlib takes seconds)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    key = _sha1(sys.version, root, _VERSION)[:12]
+    path = Path(cache_dir) / f"stdlib-docstrings-{key}.json" if cache_dir else None  # None: no cache
+    if path and path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
+    result = _parse_stdlib(root)
+    if path:
+        _atomic_write(path, lambda f: f.write(json.dumps(result).encode("utf-8")))
+    return result
+
+
+def default_documents(cache_dir=".cache") -> list[Document]:
+    """The embedded corpus: one document per pydoc topic, then one per stdlib module (its docstring,
+    then its classes' and functions' docstrings in source order, each its own paragraph(s))."""
+    from pydoc_data.topics import topics
+    docs = [Document(f"topic:{k}", topics[k].strip()) for k in sorted(topics)]
+    for m in stdlib_docstrings(cache_dir)["modules"]:
+        docs.append(Document(f"stdlib:{m['module']}", "\n\n".join(doc for _, doc in m["docstrings"])))
+    return [d for d in docs if len(d.text) >= _MIN_DOC_CHARS]
+
+
+def _summary_pair(doc: str, max_src_words=256):
+    """'Summary line(s).\\n\\nBody...' -> (body, summary), or None if the docstring lacks that shape."""
+    parts = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)
+    if len(parts) < 2:
+        return None
+    summary, body = " ".join(parts[0].split()), parts[1].split()
+    looks_like_signature = "->" in summary or re.match(r"[\w.]+\(", summary)  # "S.find(sub) -> int"
+    if not 3 <= len(summary.split()) <= 40 or summary.endswith(":") or looks_like_signature:
+        return None
+    if len(body) < 8:
+        return None
+    return " ".join(body[:max_src_words]), summary
+
+
+def default_seq2seq(cache_dir=".cache") -> dict[str, list[tuple[str, str]]]:
+    """The embedded seq2seq task: stdlib docstring body (src) -> its summary line (tgt).
+    Split by a stable hash of the MODULE name (~90/5/5), so a module's pairs stay in one split."""
+    splits, seen = {"train": [], "valid": [], "test": []}, set()
+    for m in stdlib_docstrings(cache_dir)["modules"]:
+        b = zlib.crc32(m["module"].encode()) % 100
+        split = "train" if b < 90 else "valid" if b < 95 else "test"
+        for _, doc in m["docstrings"]:
+            pair = _summary_pair(doc)
+            if pair and pair not in seen:  # _pyio and io, say, share docstrings
+                seen.add(pair)
+                splits[split].append(pair)
+    return splits
+
+
+# ----------------------------------------------------------------------------- sentences and passages
+
+_PARAGRAPH = re.compile(r"\n\s*\n")
+# end punctuation (+ closing quotes/brackets), whitespace, then something that can start a sentence
+_BOUNDARY = re.compile(r"""[.!?]+["')\]]*\s+(?=[A-Z0-9"'(\[])""")
+_ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "cf", "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr",
+                  "fig", "al", "approx", "resp", "viz", "ca", "eq", "sec", "ch", "vol", "pp"}
+_INITIALS = re.compile(r"(?:[a-z]\.)+[a-z]")  # "u.s", "a.b.c"
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences (whitespace inside each collapsed to single spaces).
+
+    Blank lines always split (paragraphs). Inside a paragraph, split after . ! ? (and any closing
+    quotes/brackets) followed by whitespace and a capital, digit, quote or bracket, except after an
+    abbreviation ("e.g.", "etc.", "Mr."), a single letter ("J. Smith") or dotted initials ("U.S.").
+    Code stays whole: "os.path.join" or "3.14" have no whitespace after the dot.
+    Limits (it is a regex): a sentence really ending in "etc." or "U.S." is merged with the next one;
+    a sentence starting lower-case ("iPhone", "x is") is not split off; code blocks and lists without
+    end punctuation become one long "sentence" (make_passages cuts those to the budget).
+    """
+    sentences = []
+    for para in _PARAGRAPH.split(text):
+        para = " ".join(para.split())
+        start = 0
+        for m in _BOUNDARY.finditer(para):
+            word = para[para.rfind(" ", 0, m.start()) + 1:m.start()].lstrip("\"'([").lower()
+            if para[m.start()] == "." and (word in _ABBREVIATIONS or len(word) == 1 or _INITIALS.fullmatch(word)):
+                continue
+            sentences.append(para[start:m.end()].rstrip())
+            start = m.end()
+        if para[start:]:
+            sentences.append(para[start:])
+    return sentences
+
+
+def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list[int]]]:
+    """Pack one document's tokenized sentences, in order, into passages of at most max_tokens tokens.
+
+    A passage is a list of whole, consecutive sentences; a sentence longer than the budget is first cut
+    into budget-sized pieces (each then counts as a sentence). Empty sentences are dropped, so no
+    passage and no sentence is empty; concatenating all passages gives back the document's tokens.
+    max_tokens excludes special tokens: pass max_len minus the room your objective adds.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    passages, current, used = [], [], 0
+    for sent in sentences:
+        for i in range(0, len(sent), max_tokens):
+            piece = sent[i:i + max_tokens]
+            if used + len(piece) > max_tokens:  # greedy: close the passage before it overflows
+                passages.append(current)
+                current, used = [], 0
+            current.append(piece)
+            used += len(piece)
+    if current:
+        passages.append(current)
+    return passages
+
+
+# ----------------------------------------------------------------------------- reading user files
+
+def _read_text(path) -> str:
+    """A file's text, with clear errors for a missing path, an empty file and bytes that are not UTF-8."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
+    data = path.read_bytes()
+    if not data.strip():
+        raise DataError(f"{path}: file is empty")
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{path}: not UTF-8 at byte offset {e.start} (line {line}): {e.reason}") from None
+    return text.removeprefix("\ufeff").replace("\r\n", "\n")
+
+
+def _lines(text: str) -> list[str]:
+    """Split on '\\n' only: str.splitlines() also splits on \\x0b, \\x1c, \\u2028..., which would
+    silently misalign parallel files that contain such characters."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def read_documents(path, one_per_line=False) -> list[Document]:
+    """Documents from a .txt file or a folder (every *.txt below it, sorted by path).
+
+    A blank line separates documents (so a book's paragraphs are documents, and passages never cross
+    them); newlines inside a document are just spaces. With one_per_line=True every non-empty line
+    is a document instead (one-article-per-line corpora). Document names are "file#index".
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.rglob("*.txt"))
+        if not files:
+            raise DataError(f"{path}: folder holds no *.txt files")
+    elif path.exists():
+        files = [path]
+    else:
+        raise DataError(f"{path}: no such file or directory")
+    docs = []
+    for f in files:
+        text = _read_text(f)
+        chunks = _lines(text) if one_per_line else _PARAGRAPH.split(text)
+        rel = f.relative_to(path).as_posix() if f != path else f.name
+        docs += [Document(f"{rel}#{i}", c.strip()) for i, c in enumerate(c for c in chunks if c.strip())]
+    return docs
+
+
+# A parallel pair is two files named by one of these patterns around a common part X.
+_PARALLEL = [("{}.src", "{}.tgt"), ("{}.article.txt", "{}.title.txt"), ("src-{}.txt", "tgt-{}.txt")]
+
+
+def _resolve_seq2seq(path) -> tuple[Path, Path | None]:
+    """(source file, target file) for a .jsonl file (target None), either file of a parallel pair,
+    or the common prefix of a pair ("data/train" for data/train.src + data/train.tgt)."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".jsonl":
+        return path, None
+    for src_fmt, tgt_fmt in _PARALLEL:
+        for fmt in (src_fmt, tgt_fmt):
+            m = re.fullmatch(re.escape(fmt).replace(r"\{\}", "(.+)"), path.name)
+            if m and path.is_file():
+                return path.with_name(src_fmt.format(m[1])), path.with_name(tgt_fmt.format(m[1]))
+        if path.with_name(src_fmt.format(path.name)).is_file():  # the prefix X of a pair
+            return path.with_name(src_fmt.format(path.name)), path.with_name(tgt_fmt.format(path.name))
+    if not path.exists():
+        raise DataError(f"{path}: no such file (nor a pair {path}.src/.tgt or {path}.article.txt/.title.txt)")
+    raise DataError(f"{path}: expected a .jsonl file or a parallel pair named " +
+                    ", ".join(f"{s.format('X')} + {t.format('X')}" for s, t in _PARALLEL))
+
+
+def _read_jsonl(path: Path):
+    for n, line in enumerate(_lines(_read_text(path)), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("src"), str) or not isinstance(obj.get("tgt"), str):
+            raise DataError(f'{path}:{n}: expected an object with string fields "src" and "tgt"')
+        yield n, obj["src"], obj["tgt"]
+
+
+def read_seq2seq(path) -> list[tuple[str, str]]:
+    """(src, tgt) pairs from jsonl ({"src": ..., "tgt": ...} a line; blank lines ignored) or from parallel
+    line files (X.src + X.tgt, X.article.txt + X.title.txt, src-X.txt + tgt-X.txt; either file of the
+    pair or X itself may be given). Pairs with an empty target are skipped with a warning that counts
+    them; every other problem is a DataError naming the file and line (or byte offset)."""
+    src_path, tgt_path = _resolve_seq2seq(path)
+    if tgt_path is None:
+        rows = list(_read_jsonl(src_path))
+    else:
+        src, tgt = _lines(_read_text(src_path)), _lines(_read_text(tgt_path))
+        if len(src) != len(tgt):
+            raise DataError(f"{src_path}: {len(src)} lines but {tgt_path}: {len(tgt)} lines")
+        rows = [(n, s, t) for n, (s, t) in enumerate(zip(src, tgt), 1)]
+    pairs = [(s.strip(), t.strip()) for _, s, t in rows if t.strip()]
+    skipped = [n for n, _, t in rows if not t.strip()]
+    if skipped:
+        warnings.warn(f"{tgt_path or src_path}: skipped {len(skipped)} pairs with an empty target "
+                      f"(first at line {skipped[0]})")
+    if not pairs:
+        raise DataError(f"{src_path}: no (src, tgt) pairs with a non-empty target")
+    return pairs
+
+
+# ----------------------------------------------------------------------------- tokenize once, cache
+
+def _atomic_write(path: Path, write):
+    """Write through a temp file and os.replace, so a crash never leaves a half-written cache file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)
+
+
+def _save_arrays(folder: Path, arrays: dict, meta: dict):
+    for name, arr in arrays.items():
+        _atomic_write(folder / f"{name}.npy", lambda f: np.save(f, arr))
+    _atomic_write(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))  # last: marks complete
+
+
+def _ragged(lists, dtype):
+    """list of id lists -> (flat array, offsets): list i is flat[offsets[i]:offsets[i + 1]]."""
+    offsets = np.cumsum([0] + [len(x) for x in lists], dtype=np.int64)
+    return np.fromiter((t for x in lists for t in x), dtype=dtype, count=int(offsets[-1])), offsets
+
+
+def _unragged(flat, offsets) -> list[list[int]]:
+    flat, offsets = flat.tolist(), offsets.tolist()
+    return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def _id_dtype(tokenizer):
+    return np.uint16 if len(tokenizer) <= 2**16 else np.uint32
+
+
+def _tokenize_documents(docs, tokenizer, progress, desc):
+    """-> (sentences: list of id lists, doc_offsets): document d is sentences[off[d]:off[d + 1]]."""
+    sentences, doc_offsets = [], [0]
+    for doc in tqdm(docs, desc=desc, disable=not progress, unit="doc"):
+        sentences += [ids for ids in map(tokenizer.encode, split_sentences(doc.text)) if ids]
+        doc_offsets.append(len(sentences))
+    return sentences, np.array(doc_offsets, dtype=np.int64)
+
+
+def _split_documents(docs, valid_frac, label):
+    """Train/valid by a stable hash of each document's name; never an empty valid split."""
+    if not 0 <= valid_frac < 1:
+        raise ValueError(f"valid_frac must be in [0, 1), got {valid_frac}")
+    valid = [d for d in docs if _bucket(d.name) < valid_frac]
+    if valid_frac > 0 and not valid:
+        if len(docs) < 2:
+            raise DataError(f"{label}: only {len(docs)} document(s), too few to hold out a validation split "
+                            "(a blank line separates documents; for one document a line, pass "
+                            "read_documents(path, one_per_line=True); or use valid_frac=0)")
+        valid = [min(docs, key=lambda d: _bucket(d.name))]
+    names = {d.name for d in valid}
+    return [d for d in docs if d.name not in names], valid
+
+
+def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
+    """Train a WordPiece on the training documents, or load the one trained before on the same corpus."""
+    from tokenizer import WordPiece
+    path = Path(cache_dir) / f"vocab-{_sha1(corpus_key, _code_key(WordPiece))[:12]}-{vocab_size}.txt"
+    if path.exists():
+        return WordPiece.from_file(path, lowercase=True), "hit"
+    if progress:
+        print(f"training a {vocab_size}-token WordPiece vocabulary on {len(train_docs)} documents...")
+    tok = WordPiece.train([d.text for d in train_docs], vocab_size, lowercase=True, min_frequency=2,
+                          progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(path)  # atomic (temp file + os.replace)
+    return tok, "trained"
+
+
+def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=253, valid_frac=0.02,
+                     tokenizer=None, progress=True):
+    """-> (tokenizer, {"train": passages, "valid": passages}, info).
+
+    data: None (the embedded corpus), a path for read_documents, or a list of Documents.
+    Documents go to train/valid by a stable hash of their name. Without a tokenizer, a WordPiece is
+    trained on the train documents (vocab-*.txt in cache_dir). Sentences are tokenized once and cached
+    as numpy arrays, keyed by the corpus content, valid_frac, the tokenizer's fingerprint and the source
+    of tokenizer.py (an edited tokenizer retrains the vocabulary and re-tokenizes); passages
+    of max_tokens (special tokens excluded) are packed at load time, so changing max_tokens is free.
+    The default 253 suits max_len 256 with UniLM's [SOS] A [EOS] B [EOS]; PMLM, which appends [P] and
+    original tokens for every masked span, needs a smaller budget for the same max_len.
+    info: cache ("hit" | "rebuilt"), vocab ("hit" | "trained" | "given"), cache_path, and per split
+    counts of documents, sentences, tokens and passages.
+    """
+    if data is None:
+        docs, label = default_documents(cache_dir), "the embedded corpus"
+    elif isinstance(data, (str, os.PathLike)):
+        docs, label = read_documents(data), str(data)
+    else:
+        docs, label = list(data), "the given documents"
+    corpus_key = _sha1(_VERSION, valid_frac, *(p for d in docs for p in d))
+    train_docs, valid_docs = _split_documents(docs, valid_frac, label)
+    vocab_status = "given"
+    if tokenizer is None:
+        tokenizer, vocab_status = _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress)
+    tok_key = _sha1(tokenizer.fingerprint(), _code_key(type(tokenizer)))
+    folder = Path(cache_dir) / f"pretrain-{_sha1(corpus_key, tok_key)[:16]}"
+    hit = (folder / "meta.json").exists()
+    if not hit:
+        arrays = {}
+        for split, split_docs in (("train", train_docs), ("valid", valid_docs)):
+            sentences, arrays[f"{split}.doc_offsets"] = _tokenize_documents(
+                split_docs, tokenizer, progress, f"tokenizing {split}")
+            arrays[f"{split}.tokens"], arrays[f"{split}.sent_offsets"] = _ragged(sentences, _id_dtype(tokenizer))
+        _save_arrays(folder, arrays, {"corpus": label, "version": _VERSION})
+    splits, info = {}, {"cache": "hit" if hit else "rebuilt", "vocab": vocab_status, "cache_path": str(folder),
+                        "documents": {}, "sentences": {}, "tokens": {}, "passages": {}}
+    for split in ("train", "valid"):
+        arr = {k: np.load(folder / f"{split}.{k}.npy") for k in ("tokens", "sent_offsets", "doc_offsets")}
+        sentences = _unragged(arr["tokens"], arr["sent_offsets"])
+        doc_off = arr["doc_offsets"].tolist()
+        splits[split] = [p for a, b in zip(doc_off[:-1], doc_off[1:])
+                         for p in make_passages(sentences[a:b], max_tokens)]
+        info["documents"][split] = len(doc_off) - 1
+        info["sentences"][split] = len(sentences)
+        info["tokens"][split] = len(arr["tokens"])
+        info["passages"][split] = len(splits[split])
+    return tokenizer, splits, info
+
+
+def _sibling_splits(path) -> dict[str, Path]:
+    """A file named with "train" brings siblings named "valid" (or "dev") and "test" in its place."""
+    src, _ = _resolve_seq2seq(path)
+    found = {"train": Path(path)}
+    if "train" in src.name:
+        for split, words in (("valid", ("valid", "dev")), ("test", ("test",))):
+            for w in words:
+                sibling = src.with_name(w.join(src.name.rsplit("train", 1)))
+                if sibling.is_file():
+                    found[split] = sibling
+                    break
+    return found
+
+
+def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True):
+    """-> {"train" | "valid" | "test": [(src_ids, tgt_ids), ...]} (a split without data is an empty list).
+
+    data=None: the embedded docstring-summary task. A path: read_seq2seq(path) becomes "train"; if the
+    source file's name contains "train" (train.jsonl, train.article.txt, ...), files named with "valid"
+    (or "dev") and "test" in its place are picked up as those splits. Tokenized pairs are cached in
+    cache_dir, keyed by the pairs' content, the tokenizer's fingerprint and its source file.
+    """
+    if tokenizer is None:
+        raise TypeError("prepare_seq2seq needs the tokenizer the model was pre-trained with")
+    if data is None:
+        texts = default_seq2seq(cache_dir)
+    else:
+        texts = {split: read_seq2seq(p) for split, p in _sibling_splits(data).items()}
+    texts = {split: texts.get(split, []) for split in ("train", "valid", "test")}
+    tok_key = _sha1(tokenizer.fingerprint(), _code_key(type(tokenizer)))
+    key = _sha1(_VERSION, tok_key, *(x for split in texts for p in texts[split] for x in (split, *p)))
+    folder = Path(cache_dir) / f"seq2seq-{key[:16]}"
+    if not (folder / "meta.json").exists():
+        arrays, dtype = {}, _id_dtype(tokenizer)
+        for split, pairs in texts.items():
+            pairs = tqdm(pairs, desc=f"tokenizing {split}", disable=not progress or not pairs, unit="pair")
+            ids = [(tokenizer.encode(s), tokenizer.encode(t)) for s, t in pairs]
+            kept = [p for p in ids if p[1]]  # a target of only control characters tokenizes to nothing
+            if len(kept) < len(ids):
+                warnings.warn(f"{split}: skipped {len(ids) - len(kept)} pairs whose target has no tokens")
+            for side, i in (("src", 0), ("tgt", 1)):
+                arrays[f"{split}.{side}"], arrays[f"{split}.{side}_offsets"] = _ragged([p[i] for p in kept], dtype)
+        _save_arrays(folder, arrays, {"version": _VERSION})
+    out = {}
+    for split in texts:
+        src, tgt = (_unragged(np.load(folder / f"{split}.{s}.npy"), np.load(folder / f"{split}.{s}_offsets.npy"))
+                    for s in ("src", "tgt"))
+        out[split] = list(zip(src, tgt))
+    return out
+
+
+# ----------------------------------------------------------------------------- batches for one or many ranks
+
+def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=True, start=0):
+    """Yield lists of examples for one epoch, as this rank's share.
+
+    The order is a shuffle fixed by (seed, epoch), identical on every rank. Rank r takes every
+    world_size-th example from position r, so ranks are disjoint and together cover the data; every
+    rank yields the SAME number of batches (DDP would hang otherwise): with drop_last the tail that
+    does not fill a batch on every rank is dropped, without it the order is padded by wrapping around
+    and the last batch may be smaller. start skips the first `start` batches (for resuming).
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    n = len(examples)
+    order = list(range(n))
+    random.Random(f"batches:{seed}:{epoch}").shuffle(order)
+    per_rank = _per_rank(n, world_size, drop_last)
+    mine = [order[i % n] for i in range(rank, per_rank * world_size, world_size)]  # i % n: wrap to pad
+    for b in range(start, num_batches(n, batch_size, world_size, drop_last)):
+        yield [examples[i] for i in mine[b * batch_size:(b + 1) * batch_size]]
+
+
+def _per_rank(n, world_size, drop_last):
+    return n // world_size if drop_last else -(-n // world_size)  # -(-a // b): ceil division
+
+
+def num_batches(n_examples, batch_size, world_size=1, drop_last=True) -> int:
+    """How many batches batches() yields per epoch on each rank."""
+    per_rank = _per_rank(n_examples, world_size, drop_last)
+    return per_rank // batch_size if drop_last else -(-per_rank // batch_size)
+
+
+def infinite_batches(examples, batch_size, seed, rank=0, world_size=1, drop_last=True, state=None):
+    """Yield (batch, state) forever, epoch after epoch. state = {"epoch", "index"} is the position of
+    the NEXT batch: save the one that came with the last batch you trained on, and pass it back here
+    to resume exactly where you stopped."""
+    state = dict(state or {"epoch": 0, "index": 0})
+    per_epoch = num_batches(len(examples), batch_size, world_size, drop_last)
+    if per_epoch == 0:
+        raise DataError(f"{len(examples)} examples are too few for batch_size {batch_size} "
+                        f"on {world_size} rank(s)")
+    epoch, index = state["epoch"], state["index"]
+    while True:
+        for batch in batches(examples, batch_size, seed, epoch, rank, world_size, drop_last, start=index):
+            index += 1
+            at_end = index == per_epoch
+            yield batch, {"epoch": epoch + 1, "index": 0} if at_end else {"epoch": epoch, "index": index}
+        epoch, index = epoch + 1, 0

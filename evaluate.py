@@ -1,0 +1,516 @@
+"""evaluate.py -- ROUGE, BLEU-4 and distinct-n, written from scratch.
+
+What it implements
+  * ROUGE-1/2/L/Lsum (Lin, 2004, "ROUGE: A Package for Automatic Evaluation of Summaries"):
+    n-gram overlap (Sec. 2), LCS (Sec. 3.1) and summary-level union LCS (Sec. 3.2). Every
+    number equals Google's `rouge-score` 0.1.2 (`RougeScorer([...], use_stemmer=stem)`),
+    including its tokenizer, its zero conventions and its way of not double-counting hits.
+  * The Porter stemmer (Porter, 1980, "An algorithm for suffix stripping") in NLTK's default
+    mode (NLTK_EXTENSIONS), the one rouge-score uses: `porter_stem(word)`.
+  * Corpus BLEU-4 (Papineni et al., 2002) equal to sacrebleu 2.6.0 `corpus_bleu` defaults:
+    mteval-v13a tokenizer (or none), clipped n-gram counts, brevity penalty, 'exp' smoothing.
+  * distinct-n (Li et al., 2016): unique n-grams / all n-grams over the whole corpus.
+  * 95% percentile-bootstrap confidence intervals for ROUGE (resampling pairs).
+
+How to run (files hold one text per line, UTF-8)
+  python evaluate.py rouge    --pred P --ref R [--stem] [--json] [--bootstrap N]
+  python evaluate.py bleu     --pred P --ref R [R2 ...] [--tokenize 13a|none] [--json]
+  python evaluate.py distinct --pred P [--n 1 2] [--json]
+  python evaluate.py perplexity ...   <-- PLACEHOLDER (lead): perplexity of a checkpoint on a
+                                          seq2seq file needs model.py + objectives/; added later.
+  From Python: rouge(preds, refs, stem), rouge_scores(pred, ref, stem), rouge_bootstrap(...),
+  bleu(preds, refs), bleu_details(...), distinct_n(preds, n), porter_stem(word).
+
+ROUGE-Lsum splits a text into sentences at newlines ("\\n"). The CLI reads one text per line,
+so there every text is one sentence and rougeLsum equals rougeL; pass "\\n"-joined sentences to
+the functions to get a real summary-level score.
+
+What it leaves out: ROUGE-W/S/SU, multi-reference ROUGE, rouge-score's nltk sentence splitter,
+sacrebleu's other tokenizers (intl, zh, ja...), lowercased BLEU and the other smoothings.
+"""
+import argparse
+import collections
+import functools
+import json
+import math
+import re
+
+import numpy as np
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+# ----------------------------------------------------------------------------- Porter stemmer
+
+_VOWELS = frozenset("aeiou")
+# NLTK's pool of irregular forms: they bypass the algorithm ("skies" -> "sky", "dying" -> "die").
+_IRREGULAR = {"sky": "sky", "skies": "sky", "dying": "die", "lying": "lie", "tying": "tie",
+              "news": "news", "innings": "inning", "inning": "inning", "outings": "outing",
+              "outing": "outing", "cannings": "canning", "canning": "canning", "howe": "howe",
+              "proceed": "proceed", "exceed": "exceed", "succeed": "succeed"}
+
+
+def _consonant_flags(word):
+    """True where word[i] is a consonant. Porter: 'y' is a consonant unless it follows one."""
+    flags = []
+    for i, ch in enumerate(word):
+        if ch == "y":
+            flags.append(i == 0 or not flags[-1])  # "toy": y is a consonant; in "syzygy" the 2nd is not
+        else:
+            flags.append(ch not in _VOWELS)
+    return flags
+
+
+def _measure(stem):
+    """m in the form [C](VC)^m[V]: the number of vowel -> consonant transitions."""
+    flags = _consonant_flags(stem)
+    return sum(1 for a, b in zip(flags, flags[1:]) if not a and b)
+
+
+def _ends_double_consonant(word):  # condition *d
+    return len(word) >= 2 and word[-1] == word[-2] and _consonant_flags(word)[-1]
+
+
+def _ends_cvc(word):  # condition *o: consonant-vowel-consonant, the last not w, x or y
+    flags = _consonant_flags(word)
+    if len(word) >= 3:
+        return flags[-3] and not flags[-2] and flags[-1] and word[-1] not in "wxy"
+    # NLTK extension: a two-letter vowel-consonant stem counts too (so "ow" + "ing" -> "ow")
+    return len(word) == 2 and not flags[0] and flags[1]
+
+
+def _positive(stem):  # condition (m > 0)
+    return _measure(stem) > 0
+
+
+def _above_one(stem):  # condition (m > 1)
+    return _measure(stem) > 1
+
+
+def _apply_rules(word, rules):
+    """Porter's rule lists: the FIRST rule whose suffix matches decides. If its condition fails
+    the word is returned unchanged -- shorter suffixes are not tried ("rational" stays)."""
+    for suffix, replacement, condition in rules:
+        if word.endswith(suffix):
+            stem = word[:len(word) - len(suffix)]
+            return stem + replacement if condition is None or condition(stem) else word
+    return word
+
+
+def _step1a(word):  # plurals
+    if word.endswith("ies") and len(word) == 4:  # NLTK: "ties" -> "tie" but "flies" -> "fli"
+        return word[:-1]
+    return _apply_rules(word, [("sses", "ss", None), ("ies", "i", None), ("ss", "ss", None),
+                               ("s", "", None)])
+
+
+def _step1b(word):  # -ed / -ing
+    if word.endswith("ied"):  # NLTK: "died" -> "die" but "spied" -> "spi"
+        return word[:-3] + ("ie" if len(word) == 4 else "i")
+    if word.endswith("eed"):  # (m>0) EED -> EE; when it fails ("feed") ED is NOT tried
+        return word[:-1] if _positive(word[:-3]) else word
+    for suffix in ("ed", "ing"):
+        if word.endswith(suffix) and not all(_consonant_flags(word[:-len(suffix)])):  # *v*
+            stem = word[:-len(suffix)]
+            break
+    else:
+        return word
+    # Tidy the stem so that step 2-4 can see -ATE, -BLE, -IZE again.
+    if stem.endswith(("at", "bl", "iz")):
+        return stem + "e"  # conflat(ed) -> conflate
+    if _ends_double_consonant(stem):  # hopp(ing) -> hop, but fall(ing), hiss(ing), fizz(ed) keep it
+        return stem if stem[-1] in "lsz" else stem[:-1]
+    if _measure(stem) == 1 and _ends_cvc(stem):
+        return stem + "e"  # fil(ing) -> file
+    return stem
+
+
+def _step1c(word):  # y -> i after a consonant (NLTK: and not when the stem is a single letter)
+    return _apply_rules(word, [("y", "i", lambda s: len(s) > 1 and _consonant_flags(s)[-1])])
+
+
+_STEP2 = [("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"),
+          ("izer", "ize"), ("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"),
+          ("ousli", "ous"), ("ization", "ize"), ("ation", "ate"), ("ator", "ate"), ("alism", "al"),
+          ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous"), ("aliti", "al"),
+          ("iviti", "ive"), ("biliti", "ble"), ("fulli", "ful")]
+
+
+def _step2(word):  # double suffixes -> single ones, (m>0)
+    if word.endswith("alli") and _positive(word[:-4]):  # NLTK: ALLI -> AL first, then step 2 again
+        return _step2(word[:-2])
+    rules = [(s, r, _positive) for s, r in _STEP2]
+    # NLTK: the 'l' of LOGI stays with the stem for the measure, so "geologi" -> "geolog"
+    rules.append(("logi", "log", lambda s: _positive(s + "l")))
+    return _apply_rules(word, rules)
+
+
+def _step3(word):  # -ic-, -full, -ness etc., (m>0)
+    return _apply_rules(word, [(s, r, _positive) for s, r in [
+        ("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"),
+        ("ful", ""), ("ness", "")]])
+
+
+def _step4(word):  # drop the last suffix when the stem is long enough, (m>1)
+    rules = [(s, "", _above_one) for s in ("al", "ance", "ence", "er", "ic", "able", "ible",
+                                           "ant", "ement", "ment", "ent")]
+    rules.append(("ion", "", lambda s: _above_one(s) and s[-1] in "st"))  # adopt(ion) -> adopt
+    rules += [(s, "", _above_one) for s in ("ou", "ism", "ate", "iti", "ous", "ive", "ize")]
+    return _apply_rules(word, rules)
+
+
+def _step5a(word):  # final e; both rules are tried (unlike _apply_rules)
+    if word.endswith("e"):
+        m = _measure(word[:-1])
+        if m > 1 or (m == 1 and not _ends_cvc(word[:-1])):  # probat(e), ceas(e); "rate" stays
+            return word[:-1]
+    return word
+
+
+def _step5b(word):  # controll -> control when (m>1) counts the first 'l'
+    return word[:-1] if word.endswith("ll") and _above_one(word[:-1]) else word
+
+
+@functools.lru_cache(maxsize=2**18)
+def porter_stem(word):
+    """Porter stem of one word, equal to nltk's PorterStemmer().stem(word)."""
+    stem = word.lower()
+    if stem in _IRREGULAR:
+        return _IRREGULAR[stem]
+    if len(word) <= 2:  # NLTK/Martin: one- and two-letter words are left alone
+        return stem
+    for step in (_step1a, _step1b, _step1c, _step2, _step3, _step4, _step5a, _step5b):
+        stem = step(stem)
+    return stem
+
+
+# ----------------------------------------------------------------------------- ROUGE
+
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def rouge_tokenize(text, stem=False):
+    """rouge-score's tokenizer: lowercase, anything but [a-z0-9] separates tokens, and (if stem)
+    Porter-stem the tokens longer than 3 characters."""
+    tokens = _NON_ALNUM.sub(" ", text.lower()).split()  # lower() first: "K" (Kelvin) -> "k"
+    return [porter_stem(t) if stem and len(t) > 3 else t for t in tokens]
+
+
+def _score(p, r):  # F is the harmonic mean of P and R, 0 when both are 0
+    return {"precision": p, "recall": r, "fmeasure": 2 * p * r / (p + r) if p + r > 0 else 0.0}
+
+
+def _ngrams(tokens, orders):
+    """Counter of all n-grams (as tuples) of the given orders n."""
+    return collections.Counter(tuple(tokens[i:i + n]) for n in orders
+                               for i in range(len(tokens) - n + 1))
+
+
+def _rouge_n(ref, pred, n):
+    """ROUGE-N (Lin 2004, Eq. 1): overlap of n-gram counts, each clipped by the other side."""
+    ref_grams, pred_grams = _ngrams(ref, [n]), _ngrams(pred, [n])
+    overlap = sum(min(count, pred_grams[g]) for g, count in ref_grams.items())
+    # max(., 1): no n-grams on a side gives 0, not a division by zero (rouge-score's convention)
+    return _score(overlap / max(sum(pred_grams.values()), 1),
+                  overlap / max(sum(ref_grams.values()), 1))
+
+
+def _lcs_table(a, b):
+    """table[i][j] = length of the longest common subsequence of a[:i] and b[:j]."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        up, row = table[i - 1], table[i]
+        for j in range(1, len(b) + 1):
+            # a match extends the diagonal; otherwise keep the better of dropping a[i-1] or b[j-1]
+            row[j] = up[j - 1] + 1 if a[i - 1] == b[j - 1] else max(up[j], row[j - 1])
+    return table
+
+
+def _rouge_l(ref, pred):
+    """ROUGE-L (Lin 2004, Eq. 2-4): P = LCS/|pred|, R = LCS/|ref|; 0 if either text is empty."""
+    if not ref or not pred:
+        return _score(0.0, 0.0)
+    lcs = _lcs_table(ref, pred)[-1][-1]
+    return _score(lcs / len(pred), lcs / len(ref))
+
+
+def _lcs_positions(ref, cand):
+    """Positions in `ref` of ONE longest common subsequence with `cand`. Several LCSs may exist;
+    the union below depends on which one, so we walk back exactly like rouge-score: take a match
+    at once, else move towards the larger cell, preferring to drop a `ref` token on ties."""
+    table, i, j, positions = _lcs_table(ref, cand), len(ref), len(cand), set()
+    while i > 0 and j > 0:
+        if ref[i - 1] == cand[j - 1]:
+            positions.add(i - 1)
+            i, j = i - 1, j - 1
+        elif table[i][j - 1] > table[i - 1][j]:
+            j -= 1
+        else:
+            i -= 1
+    return positions
+
+
+def _rouge_lsum(ref_sents, pred_sents):
+    """Summary-level ROUGE-L (Lin 2004, Sec. 3.2, Eq. 5-7) on lists of tokenized sentences."""
+    m, n = sum(map(len, ref_sents)), sum(map(len, pred_sents))
+    if m == 0 or n == 0:
+        return _score(0.0, 0.0)
+    # ROUGE-1.5.5 (and rouge-score) credit a token at most as often as it occurs in each summary;
+    # the paper's plain sum of |union LCS| could count one candidate word for several references.
+    budget_ref = collections.Counter(t for s in ref_sents for t in s)
+    budget_pred = collections.Counter(t for s in pred_sents for t in s)
+    hits = 0
+    for ref in ref_sents:
+        # union LCS: the ref positions that lie on the chosen LCS with ANY candidate sentence
+        union = set().union(*(_lcs_positions(ref, cand) for cand in pred_sents))
+        for token in (ref[k] for k in union):  # (visiting order cannot change the count)
+            if budget_ref[token] > 0 and budget_pred[token] > 0:
+                hits += 1
+                budget_ref[token] -= 1
+                budget_pred[token] -= 1
+    return _score(hits / n, hits / m)
+
+
+def rouge_scores(prediction, reference, stem=False):
+    """ROUGE-1/2/L/Lsum of one pair: {type: {"precision", "recall", "fmeasure"}}, each in [0, 1]."""
+    pred, ref = rouge_tokenize(prediction, stem), rouge_tokenize(reference, stem)
+
+    def sentences(text):  # Lsum's sentences are the non-empty lines of a text
+        return [rouge_tokenize(s, stem) for s in text.split("\n") if s]
+
+    return {"rouge1": _rouge_n(ref, pred, 1), "rouge2": _rouge_n(ref, pred, 2),
+            "rougeL": _rouge_l(ref, pred),
+            "rougeLsum": _rouge_lsum(sentences(reference), sentences(prediction))}
+
+
+def _check_pairs(predictions, references):
+    if isinstance(predictions, str) or isinstance(references, str):
+        raise TypeError("predictions and references must be lists of texts, not one string")
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
+    if len(predictions) == 0:
+        raise ValueError("no predictions to score")
+
+
+def _score_matrix(predictions, references, stem):
+    """(N, 12) array: one row per pair, columns (type, measure) in ROUGE_TYPES x P/R/F order."""
+    _check_pairs(predictions, references)
+    rows = []
+    for p, r in zip(predictions, references):
+        s = rouge_scores(p, r, stem)
+        rows.append([s[t][k] for t in ROUGE_TYPES for k in ("precision", "recall", "fmeasure")])
+    return np.array(rows, dtype=np.float64)
+
+
+def _unflatten(values):  # 12 numbers -> {type: {measure: value}}
+    keys = ("precision", "recall", "fmeasure")
+    return {t: {k: values[3 * i + j] for j, k in enumerate(keys)} for i, t in enumerate(ROUGE_TYPES)}
+
+
+def rouge(predictions, references, stem=False):
+    """Mean over pairs of ROUGE-1/2/L/Lsum precision, recall and F (each in [0, 1])."""
+    return _unflatten([float(v) for v in _score_matrix(predictions, references, stem).mean(axis=0)])
+
+
+def rouge_bootstrap(predictions, references, stem=False, n_samples=1000, seed=0, confidence=0.95):
+    """Percentile-bootstrap CIs: {type: {measure: {"mean", "low", "high"}}}.
+    Pairs are resampled with replacement n_samples times; low/high are the (1 -+ confidence)/2
+    percentiles of the resampled corpus means. Same seed -> same intervals."""
+    if n_samples < 1 or not 0 < confidence < 1:
+        raise ValueError(f"need n_samples >= 1 and 0 < confidence < 1, got {n_samples}, {confidence}")
+    matrix = _score_matrix(predictions, references, stem)  # (N, 12)
+    rng = np.random.default_rng(seed)
+    n = len(matrix)
+    means = np.stack([matrix[rng.integers(0, n, size=n)].mean(axis=0)
+                      for _ in range(n_samples)])  # (n_samples, 12)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(means, [tail, 100 - tail], axis=0)  # each (12,)
+    return _unflatten([{"mean": float(mu), "low": float(lo), "high": float(hi)}
+                       for mu, lo, hi in zip(matrix.mean(axis=0), low, high)])
+
+
+# ----------------------------------------------------------------------------- BLEU
+
+# mteval-v13a's punctuation rules (sacrebleu's tokenizer_13a / tokenizer_re), applied in order.
+_13A_RULES = [
+    # split off every ASCII symbol except ' - . , : the ranges are { | } ~, [ \ ] ^ _ `,
+    # space ! " # $ % &, ( ) * +, : ; < = > ? @, and /
+    (re.compile(r"([\{-\~\[-\` -\&\(-\+\:-\@\/])"), r" \1 "),
+    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),  # period/comma not preceded by a digit
+    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),  # period/comma not followed by a digit
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),  # a dash after a digit ("1990-2000")
+]
+
+
+def tokenize_13a(line):
+    """The WMT mteval-v13a tokenizer, as sacrebleu applies it; returns the tokens."""
+    line = line.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    for entity, char in (("&quot;", '"'), ("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">")):
+        line = line.replace(entity, char)
+    line = f" {line} "
+    for pattern, replacement in _13A_RULES:
+        line = pattern.sub(replacement, line)
+    return line.split()
+
+
+def _bleu_tokens(text, tokenize):
+    if tokenize not in ("13a", "none"):
+        raise ValueError(f"tokenize must be '13a' or 'none', got {tokenize!r}")
+    text = text.rstrip()  # sacrebleu strips trailing whitespace before tokenizing
+    return tokenize_13a(text) if tokenize == "13a" else text.split()
+
+
+def _as_reference_lists(predictions, references):
+    """Accept one reference string per prediction, or a list of references per prediction."""
+    _check_pairs(predictions, references)
+    lists = [[r] if isinstance(r, str) else list(r) for r in references]
+    for i, refs in enumerate(lists):
+        if not refs or not all(isinstance(r, str) for r in refs):
+            raise TypeError(f"references[{i}] must be a string or a non-empty list of strings")
+    return lists
+
+
+def bleu_details(predictions, references, tokenize="13a"):
+    """Corpus BLEU-4 and its parts: score (0-100), precisions (%), bp, sys_len, ref_len, counts."""
+    correct, total, sys_len, ref_len = [0] * 4, [0] * 4, 0, 0
+    for pred, refs in zip(predictions, _as_reference_lists(predictions, references)):
+        hyp = _bleu_tokens(pred, tokenize)
+        ref_tokens = [_bleu_tokens(r, tokenize) for r in refs]
+        # clip each hypothesis n-gram by its largest count in any ONE reference (Counter | = max)
+        clip = functools.reduce(collections.Counter.__or__,
+                                (_ngrams(r, range(1, 5)) for r in ref_tokens))
+        for gram, count in _ngrams(hyp, range(1, 5)).items():
+            total[len(gram) - 1] += count
+            correct[len(gram) - 1] += min(count, clip[gram])
+        sys_len += len(hyp)
+        # the reference length closest to the hypothesis length, the shorter one on ties
+        ref_len += min((len(r) for r in ref_tokens), key=lambda length: (abs(length - len(hyp)), length))
+    return _bleu_from_stats(correct, total, sys_len, ref_len)
+
+
+def _bleu_from_stats(correct, total, sys_len, ref_len):
+    """BLEU = BP * exp(mean_n log p_n) (Papineni et al. 2002, Sec. 2.3), sacrebleu's 'exp' smoothing."""
+    # brevity penalty: exp(1 - r/c) when the system output is shorter than the references
+    bp = 1.0 if sys_len >= ref_len else (math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0)
+    precisions = [0.0] * 4
+    details = {"precisions": precisions, "bp": bp, "sys_len": sys_len, "ref_len": ref_len,
+               "counts": correct, "totals": total}
+    if not any(correct):  # no match at all: BLEU is 0
+        return {"score": 0.0, **details}
+    smooth = 1.0
+    for n in range(4):
+        if total[n] == 0:  # no n-grams of this order at all: p_n stays 0 and BLEU becomes 0
+            break
+        if correct[n] == 0:  # 'exp' (NIST) smoothing: the k-th zero precision becomes 1 / (2^k total)
+            smooth *= 2
+            precisions[n] = 100.0 / (smooth * total[n])
+        else:
+            precisions[n] = 100.0 * correct[n] / total[n]
+    log_p = [math.log(p) if p > 0 else -9999999999 for p in precisions]  # sacrebleu floors log(0)
+    return {"score": bp * math.exp(sum(log_p) / 4), **details}
+
+
+def bleu(predictions, references, tokenize="13a"):
+    """Corpus BLEU-4 in 0-100, equal to sacrebleu.corpus_bleu with its defaults."""
+    return bleu_details(predictions, references, tokenize)["score"]
+
+
+# ----------------------------------------------------------------------------- distinct-n
+
+def distinct_n(predictions, n):
+    """Unique n-grams / all n-grams over the corpus (whitespace tokens); 0.0 if there are none."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    grams = [tuple(tokens[i:i + n]) for tokens in (p.split() for p in predictions)
+             for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _read_lines(parser, path):
+    """One text per line; a final newline does not start another (empty) text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except OSError as e:
+        parser.error(f"cannot read {path}: {e.strerror}")
+    except UnicodeDecodeError as e:
+        parser.error(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def _read_pairs(parser, pred_path, ref_path):
+    preds, refs = _read_lines(parser, pred_path), _read_lines(parser, ref_path)
+    if len(preds) != len(refs):
+        parser.error(f"{pred_path} has {len(preds)} lines but {ref_path} has {len(refs)} lines "
+                     "(one prediction per reference line)")
+    if not preds:
+        parser.error(f"{pred_path} is empty")
+    return preds, refs
+
+
+def _cmd_rouge(args):
+    preds, refs = _read_pairs(args.parser, args.pred, args.ref)
+    if args.bootstrap:
+        result = rouge_bootstrap(preds, refs, args.stem, n_samples=args.bootstrap)
+    else:
+        result = rouge(preds, refs, args.stem)
+    if args.json:
+        return print(json.dumps(result, indent=2))
+    print(f"{'':10}{'P':>7}{'R':>7}{'F':>7}   ({len(preds)} pairs, x100, stem={args.stem})")
+    for name, s in result.items():
+        p, r, f = (s[k]["mean"] if args.bootstrap else s[k] for k in ("precision", "recall", "fmeasure"))
+        ci = f"   95% CI of F: [{100 * s['fmeasure']['low']:.2f}, {100 * s['fmeasure']['high']:.2f}]" \
+            if args.bootstrap else ""
+        print(f"{name:10}{100 * p:7.2f}{100 * r:7.2f}{100 * f:7.2f}{ci}")
+
+
+def _cmd_bleu(args):
+    preds = _read_lines(args.parser, args.pred)
+    streams = [_read_pairs(args.parser, args.pred, ref)[1] for ref in args.ref]
+    result = bleu_details(preds, [list(refs) for refs in zip(*streams)], args.tokenize)
+    if args.json:
+        return print(json.dumps(result, indent=2))
+    prec = "/".join(f"{p:.1f}" for p in result["precisions"])
+    print(f"BLEU = {result['score']:.2f}  {prec}  (BP = {result['bp']:.3f}, "
+          f"sys_len = {result['sys_len']}, ref_len = {result['ref_len']}, tokenize = {args.tokenize})")
+
+
+def _cmd_distinct(args):
+    preds = _read_lines(args.parser, args.pred)
+    result = {f"distinct-{n}": distinct_n(preds, n) for n in args.n}
+    if args.json:
+        return print(json.dumps(result, indent=2))
+    for name, value in result.items():
+        print(f"{name} = {value:.4f}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    subs = {}
+    for name, run, help_text in (("rouge", _cmd_rouge, "ROUGE-1/2/L/Lsum (rouge-score 0.1.2 numbers)"),
+                                 ("bleu", _cmd_bleu, "corpus BLEU-4 (sacrebleu defaults)"),
+                                 ("distinct", _cmd_distinct, "distinct-n over all predictions")):
+        subs[name] = sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--pred", required=True, help="predictions, one per line")
+        sub.add_argument("--json", action="store_true", help="print the result as JSON")
+        sub.set_defaults(run=run, parser=sub)
+    subs["rouge"].add_argument("--ref", required=True, help="references, one per line")
+    subs["rouge"].add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
+    subs["rouge"].add_argument("--bootstrap", type=int, default=0, metavar="N",
+                               help="add 95%% confidence intervals from N bootstrap resamples")
+    subs["bleu"].add_argument("--ref", required=True, nargs="+", help="one or more reference files")
+    subs["bleu"].add_argument("--tokenize", choices=("13a", "none"), default="13a")
+    subs["distinct"].add_argument("--n", type=int, nargs="+", default=[1, 2])
+    # PLACEHOLDER (lead): the `perplexity` subcommand (a checkpoint on a seq2seq file) goes here.
+    args = parser.parse_args(argv)
+    if getattr(args, "n", None) and min(args.n) < 1:
+        args.parser.error(f"--n must be >= 1, got {min(args.n)}")
+    if getattr(args, "bootstrap", 0) < 0:
+        args.parser.error(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""ERNIE-GEN (Xiao et al., IJCAI 2020, section 3): infilling, noise-aware and span-by-span generation.
+
+    obj = get_objective("ernie_gen", tok, span_vocab="spans.json")     # pre-training on passages
+    obj = get_objective("ernie_gen", tok, task="seq2seq")              # fine-tuning (word flow, rho_f = 0.7)
+    vocab = build_span_vocab(sentences, tok, cache_path="spans.json")   # V_span, once per corpus
+
+One training example is ONE sequence with ONE mask (masks.multi_flow), so one attention call per layer runs
+the three flows of Eq. 5 (the contextual flow never attends to an [ATTN] row, so it is the same computation):
+
+    [SOS] S' [EOS] | T'              | A_W: [ATTN] x |T|        | A_S: [ATTN] x |T|   (only when lambda < 1)
+    segment 0        segment 1         segment 1                  segment 1
+    M_C: bidir.      S' + T'_<=i       S' + T'_<i + itself (M_W)  S' + T'_<b + itself, j in span [b, e) (M_S)
+
+Pre-training (3.1). Per passage draw D_i from D = {U(1,4) p 0.4, U(4,32) p 0.6}, then draw fragments until
+gamma = 25% of the passage's tokens are used. A fragment's length is drawn in tokens, starts at a word start
+and ends at a word end (a `##` piece stays with its word, so it may run past the drawn length); fragments do not
+overlap or touch (S' keeps at least one word between two fragments, so each stays a fragment), and one word at
+least stays in S'. T = the fragments in passage order (Eq. 1: each one conditioned on S' and those before it).
+POSITIONS: every token keeps its position in `[SOS] passage [EOS]`; S' has holes where fragments were and each
+T token and its [ATTN]s sit where the token was. Why: the paper's infilling inserts "[ATTN] along with its
+position", and a fragment is filled in at its place, between the S' words around it (that is how 3.1 makes the
+decoder lean on the encoder); renumbered, S' would not say where anything was removed. Seq2seq fine-tuning is
+then the case of one fragment at the end of the passage: target positions continue after the source, as in
+the decoding loop. The cost: the holes tell the model each fragment's length (as MASS's [MASK] runs do).
+Noise (3.2): each T' token becomes a uniformly random non-special id with probability rho_p = 0.05 (4.1);
+labels are always the clean T.
+Span flow (3.3): T is cut into spans by greedy lookup in V_span (trigram, then bigram, then unigram from the
+current word; n-grams of WORDS, a word = its pieces; spans never cross a fragment boundary). Without a span
+vocabulary every word is a span (a warning says so). Loss (Eq. 7): lambda L_word + (1 - lambda) L_span, lambda
+0.5 in pre-training, 1.0 in fine-tuning (then no span flow is built).
+
+Fine-tuning: [SOS] src [EOS] at positions 0..S-1 (segment 0), T' = noised (tgt + [EOS]) at S.., its [ATTN]s at
+S.. (segment 1): exactly generate.py's loop with query_token [ATTN]. rho_f defaults to 0.7 (Table 1: SQuAD QG and
+CNN/DM 0.7, Gigaword 0.5 base / 0.6 large; Persona-Chat 0.0). With lam_finetune < 1 the span flow is added, the
+target's [EOS] being a span of its own.
+
+V_span (3.3): t = (p(w) - prod p(w_i)) / sqrt(p(w)(1 - p(w)) / N) for every bigram and trigram of words within a
+sentence, N = the number of n-grams of that order, p(w_i) = unigram frequencies. Keep the top n_bigrams and
+n_trigrams (paper: 200k / 50k on 16 GB) among those with t >= min_t = 2.576 (ours: the one-sided 0.5% critical
+value Manning & Schuetze use for collocations, so a small corpus keeps only significant n-grams: the cut scales
+with the corpus; 0 disables it) plus all unigrams. The cache file is JSON, one readable n-gram a row.
+
+Left out: the official fine-tuning's incremental length penalty lives in generate.py; the paper's fp16 and
+token-count batching live in train.py. Lengths D are constants (LENGTH_DISTRIBUTIONS), not options.
+"""
+import json
+import math
+import os
+from collections import Counter
+
+from tqdm import tqdm
+
+from objectives import Batch, Objective, lm_loss, pad, random_token, warn_once
+from objectives.masks import CTX, ORIG, PAD, PSEUDO, SPAN, multi_flow
+
+LENGTH_DISTRIBUTIONS = ((0.4, (1, 4)), (0.6, (4, 32)))      # D = {U(1,4), U(4,32)} with p 0.4 / 0.6 (3.1)
+T_CRITICAL = 2.576                                           # one-sided t-test at alpha = 0.005
+
+
+# --- words and the span vocabulary --------------------------------------------------------------------------
+
+def continuation_ids(tokenizer):
+    """Ids of the `##` pieces: they continue the word before them."""
+    return frozenset(i for i in range(len(tokenizer)) if tokenizer.id_to_token(i).startswith("##"))
+
+
+def word_ranges(ids, continuation):
+    """[(start, end)] token ranges of the words of ids; a word is a piece and the `##` pieces after it."""
+    starts = [k for k, i in enumerate(ids) if k == 0 or i not in continuation]
+    return list(zip(starts, starts[1:] + [len(ids)]))
+
+
+def t_statistic(count, n_total, p_independent):
+    """t = (p(w) - p'(w)) / sqrt(sigma^2 / N) with p(w) = count / N, sigma^2 = p(w)(1 - p(w)) (3.3)."""
+    p = count / n_total
+    var = p * (1 - p)
+    return math.inf if var == 0 else (p - p_independent) / math.sqrt(var / n_total)
+
+
+class SpanVocab:
+    """V_span: the kept bigrams and trigrams, each a tuple of words (a word = the tuple of its piece ids).
+    Every unigram belongs to V_span implicitly, so segmentation always succeeds."""
+
+    def __init__(self, ngrams):
+        self.ngrams = frozenset(ngrams)
+
+    def __len__(self):
+        return len(self.ngrams)
+
+    def segment(self, words):
+        """Greedy from the current word: trigram, bigram, else unigram (3.3) -> the word count of each span."""
+        sizes, i = [], 0
+        while i < len(words):
+            n = next((n for n in (3, 2) if i + n <= len(words) and tuple(words[i:i + n]) in self.ngrams), 1)
+            sizes.append(n)
+            i += n
+        return sizes
+
+
+def _sentences(corpus, tokenizer):
+    """Items of a corpus as token-id sentences: a text (encoded), a sentence of ids, or a passage of them."""
+    for item in corpus:
+        if isinstance(item, str):
+            yield tokenizer.encode(item)
+        elif len(item) and hasattr(item[0], "__len__"):                  # a passage: a list of sentences
+            yield from ([int(i) for i in s] for s in item)
+        else:
+            yield [int(i) for i in item]
+
+
+def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, min_t=T_CRITICAL, cache_path=None,
+                     progress=True):
+    """Count word n-grams over the corpus, keep the top t-statistics (3.3) -> SpanVocab; cached at cache_path.
+
+    corpus: an iterable of texts, of token-id sentences or of passages (lists of sentences). A cache file written
+    with the same tokenizer and settings is loaded instead of counting again (train.py keeps it beside the
+    tokenized data, whose folder is already keyed by the corpus).
+    """
+    settings = dict(tokenizer=tokenizer.fingerprint(), n_bigrams=n_bigrams, n_trigrams=n_trigrams, min_t=min_t)
+    if cache_path and os.path.exists(cache_path):
+        with open(cache_path, encoding="utf-8") as f:
+            cached = json.load(f)
+        if cached.get("settings") == settings:
+            return load_span_vocab(cache_path, tokenizer)
+    continuation, word_id, counts = continuation_ids(tokenizer), {}, {1: Counter(), 2: Counter(), 3: Counter()}
+    for ids in tqdm(_sentences(corpus, tokenizer), desc="span vocabulary", unit=" sentences", disable=not progress):
+        w = [word_id.setdefault(tuple(ids[a:b]), len(word_id)) for a, b in word_ranges(ids, continuation)]
+        for n in (1, 2, 3):                                 # n-grams inside one sentence
+            counts[n].update(zip(*(w[k:] for k in range(n))))
+    n_words = sum(counts[1].values())
+    p1 = {g[0]: c / n_words for g, c in counts[1].items()}  # p(w_i)
+    rows = []
+    for n, k in ((2, n_bigrams), (3, n_trigrams)):
+        total = sum(counts[n].values())
+        scored = [(t_statistic(c, total, math.prod(p1[x] for x in g)), c, g) for g, c in counts[n].items()]
+        rows += sorted((s for s in scored if s[0] >= min_t), key=lambda s: -s[0])[:k]
+    words = list(word_id)                                   # word index -> piece ids
+    text = lambda g: " ".join(tokenizer.id_to_token(i) for x in g for i in words[x])
+    if cache_path:                                          # JSON with one n-gram a line: [pieces, t, count]
+        ngram_lines = ",\n".join(json.dumps([text(g), t, c]) for t, c, g in rows)
+        tmp = f"{cache_path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f'{{"settings": {json.dumps(settings)}, "words": {n_words}, "ngrams": [\n{ngram_lines}\n]}}\n')
+        os.replace(tmp, cache_path)                         # atomic: a crash never leaves half a file
+    return SpanVocab(tuple(words[x] for x in g) for _, _, g in rows)
+
+
+def load_span_vocab(path, tokenizer):
+    """Read a build_span_vocab cache file (JSON rows [n-gram pieces, t, count]) -> SpanVocab."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"span vocabulary {path!r} does not exist; build it with build_span_vocab")
+    with open(path, encoding="utf-8") as f:
+        table = json.load(f)
+    if table.get("settings", {}).get("tokenizer") != tokenizer.fingerprint():
+        raise ValueError(f"{path}: span vocabulary was built with another tokenizer; rebuild it")
+    continuation = continuation_ids(tokenizer)
+    ngrams = []
+    for pieces, _, _ in table["ngrams"]:
+        ids = [tokenizer.token_to_id(p) for p in pieces.split(" ")]
+        ngrams.append(tuple(tuple(ids[a:b]) for a, b in word_ranges(ids, continuation)))
+    return SpanVocab(ngrams)
+
+
+# --- the objective -----------------------------------------------------------------------------------------
+
+class ErnieGenObjective(Objective):
+    name = "ernie_gen"
+    query_token = "[ATTN]"        # infilling decoding (3.4): [ATTN] at the next position, dropped after each step
+    segments = (0, 1)
+    options = dict(gamma=0.25, rho_p=0.05, rho_f=0.7, lam_pretrain=0.5, lam_finetune=1.0, span_vocab=None)
+
+    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
+        super().__init__(tokenizer, task, max_len, label_smoothing)
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(f"objectives/ernie_gen.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
+        opts = {**self.options, **options}
+        for k in ("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune"):
+            if not 0.0 <= float(opts[k]) <= 1.0:
+                raise ValueError(f"objectives/ernie_gen.py: {k}={opts[k]} must lie in [0, 1]")
+        if max_len < 3:
+            raise ValueError(f"objectives/ernie_gen.py: max_len={max_len} cannot hold [SOS] [EOS] [EOS]")
+        self.gamma = float(opts["gamma"])
+        self.rho = float(opts["rho_p"] if task == "pretrain" else opts["rho_f"])           # noising rate (3.2)
+        self.lam = float(opts["lam_pretrain"] if task == "pretrain" else opts["lam_finetune"])  # Eq. 7
+        vocab = opts["span_vocab"]
+        self.span_vocab = load_span_vocab(vocab, tokenizer) if isinstance(vocab, (str, os.PathLike)) else vocab
+        self.continuation = continuation_ids(tokenizer)
+        if self.lam < 1 and self.span_vocab is None:
+            warn_once("ernie_gen: no span vocabulary given (option span_vocab); the span flow treats every word "
+                      "as a span")
+
+    # -- 3.1 multi-granularity target fragments -------------------------------------------------------------
+    def sample_fragments(self, words, rng):
+        """Fragments as word ranges [(w0, w1)] in the order drawn, and the length distribution (lo, hi) drawn.
+
+        A drawn length is kept while its start is redrawn (up to 20 misses), so crowding does not bias the lengths
+        towards short ones; only the last fragment is cut to the budget left."""
+        lo_hi = rng.choices([b for _, b in LENGTH_DISTRIBUTIONS], [p for p, _ in LENGTH_DISTRIBUTIONS])[0]   # D_i
+        budget = max(1, round(self.gamma * words[-1][1]))   # gamma of the passage's tokens
+        taken, fragments, used, length, misses = [False] * len(words), [], 0, None, 0
+        for _ in range(50 + 20 * budget):                   # rejection sampling; gives up on a crowded passage
+            if used >= budget:
+                break
+            if length is None or misses == 20:
+                length, misses = min(rng.randint(*lo_hi), budget - used), 0
+            w0 = w1 = rng.randrange(len(words))
+            while w1 < len(words) and words[w1][0] - words[w0][0] < length:   # whole words up to length tokens
+                w1 += 1
+            short = words[w1 - 1][1] - words[w0][0] < length                      # ran off the passage's end
+            if short or any(taken[max(w0 - 1, 0):w1 + 1]) or w1 - w0 == len(words):  # overlap, touch, all of S
+                misses += 1
+                continue
+            taken[w0:w1] = [True] * (w1 - w0)
+            fragments.append((w0, w1))
+            used += words[w1 - 1][1] - words[w0][0]
+            length = None
+        return fragments, lo_hi
+
+    def spans(self, ids):
+        """Span ranges [(b, e)] covering ids (one fragment): greedy V_span lookup of whole words (3.3)."""
+        words = word_ranges(ids, self.continuation)
+        sizes = (self.span_vocab.segment([tuple(ids[a:b]) for a, b in words]) if self.span_vocab is not None
+                 else [1] * len(words))                     # fallback: every word is a span
+        out, w = [], 0
+        for n in sizes:
+            out.append((words[w][0], words[w + n - 1][1]))
+            w += n
+        return out
+
+    # -- building examples ------------------------------------------------------------------------------------
+    def layout(self, src_ids, src_pos, tgt_ids, tgt_pos, spans, rng):
+        """One example [S'; T'; A_W; A_S] as lists; spans are 0-based target ranges [(b, e)] covering T."""
+        S, m, attn = len(src_ids), len(tgt_ids), self.tok.attn_id
+        noised = [random_token(self.tok, rng) if rng.random() < self.rho else t for t in tgt_ids]   # T' (3.2)
+        seg_s, seg_t = self.segments
+        ex = dict(ids=src_ids + noised + [attn] * m, pos=src_pos + tgt_pos + tgt_pos, seg=[seg_s] * S + [seg_t] * 2 * m,
+                  kind=[CTX] * S + [ORIG] * m + [PSEUDO] * m, block=[0] * S + 2 * list(range(1, m + 1)),
+                  labels=[-100] * (S + m) + tgt_ids)        # labels: the clean T
+        if self.lam < 1:                                    # span-by-span flow: [ATTN]_j carries its span's start
+            ex["ids"] += [attn] * m
+            ex["pos"] += tgt_pos
+            ex["seg"] += [seg_t] * m
+            ex["kind"] += [SPAN] * m
+            ex["block"] += [b + 1 for b, e in spans for _ in range(b, e)]
+            ex["labels"] += tgt_ids
+        return ex
+
+    def pretrain_example(self, passage, rng):
+        ids = [int(t) for sentence in passage for t in sentence]
+        if len(ids) > self.max_len - 2:
+            warn_once(f"ernie_gen: a passage is longer than max_len={self.max_len} - 2; truncated")
+            ids = ids[:self.max_len - 2]
+        words = word_ranges(ids, self.continuation) if ids else []
+        fragments = sorted(self.sample_fragments(words, rng)[0]) if len(words) >= 2 else []
+        if not fragments:
+            self.count_skip("passage too short for a fragment (needs two words)")
+            return None
+        in_target = [False] * len(ids)
+        tgt_ids, tgt_pos, spans = [], [], []
+        for w0, w1 in fragments:
+            a, b = words[w0][0], words[w1 - 1][1]
+            in_target[a:b] = [True] * (b - a)
+            spans += [(len(tgt_ids) + s, len(tgt_ids) + e) for s, e in self.spans(ids[a:b])]
+            tgt_ids += ids[a:b]
+            tgt_pos += range(a + 1, b + 1)                  # original positions: [SOS] is 0 (see the docstring)
+        keep = [k for k in range(len(ids)) if not in_target[k]]
+        src_ids = [self.tok.sos_id] + [ids[k] for k in keep] + [self.tok.eos_id]
+        src_pos = [0] + [k + 1 for k in keep] + [len(ids) + 1]
+        return self.layout(src_ids, src_pos, tgt_ids, tgt_pos, spans, rng)
+
+    def seq2seq_example(self, src, tgt, rng):
+        src, tgt = [int(t) for t in src], [int(t) for t in tgt]
+        if len(tgt) > self.max_len - 3:
+            warn_once(f"ernie_gen: a target is longer than max_len={self.max_len} - 3; truncated")
+            tgt = tgt[:self.max_len - 3]
+        room = self.max_len - 3 - len(tgt)
+        if len(src) > room:
+            warn_once(f"ernie_gen: a source + target is longer than max_len={self.max_len}; source truncated")
+            src = src[:room]
+        S, m = len(src) + 2, len(tgt) + 1
+        spans = self.spans(tgt) + [(m - 1, m)] if self.lam < 1 else []    # the [EOS] is a span of its own
+        return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), tgt + [self.tok.eos_id],
+                           list(range(S, S + m)), spans, rng)
+
+    def collate(self, examples):
+        examples = [e for e in examples if e is not None]
+        if not examples:                                    # all skipped: one padding row, no loss, no crash
+            examples = [dict(ids=[self.tok.pad_id], pos=[0], seg=[0], kind=[PAD], block=[0], labels=[-100])]
+        kind, block = pad([e["kind"] for e in examples], PAD), pad([e["block"] for e in examples], 0)
+        return Batch(pad([e["ids"] for e in examples], self.tok.pad_id), pad([e["pos"] for e in examples], 0),
+                     pad([e["seg"] for e in examples], 0), multi_flow(kind, block),
+                     pad([e["labels"] for e in examples], -100), {"kind": kind, "block": block})
+
+    def make_batch(self, examples, rng):
+        if self.task == "pretrain":
+            return self.collate([self.pretrain_example(p, rng) for p in examples])
+        return self.collate([self.seq2seq_example(src, tgt, rng) for src, tgt in examples])
+
+    # -- Eq. 7 -------------------------------------------------------------------------------------------------
+    def loss(self, model, batch):
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)  # all flows (Eq. 5)
+        kind = batch.extras["kind"]
+        loss_w, acc_w = lm_loss(model, h, batch.labels.masked_fill(kind != PSEUDO, -100), self.label_smoothing)
+        metrics, loss = {"loss_word": loss_w.detach(), "acc_word": acc_w}, loss_w
+        if self.lam < 1:
+            loss_s, acc_s = lm_loss(model, h, batch.labels.masked_fill(kind != SPAN, -100), self.label_smoothing)
+            loss = self.lam * loss_w + (1 - self.lam) * loss_s
+            metrics.update(loss_span=loss_s.detach(), acc_span=acc_s)
+        metrics["loss"] = loss.detach()
+        return loss, metrics
+
+
+OBJECTIVE = ErnieGenObjective

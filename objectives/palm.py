@@ -1,0 +1,251 @@
+"""PALM (Bi et al. 2020, section 2): autoencoding + autoregressive pre-training, context -> continuation, with copying.
+
+    obj = get_objective("palm", tok)                     # pre-training: passage -> 80% context + 20% continuation
+    obj = get_objective("palm", tok, task="seq2seq")     # fine-tuning: source = context, target = continuation
+    python train.py --objective palm --stage1_frac 0.1   # train.py makes flags of `options` and calls set_step
+
+ONE backbone plays both of the paper's networks. PALM uses a separate Transformer encoder and decoder; here the
+seq2seq mask does the job: the context block is bidirectional (the encoder), each continuation token sees the
+whole context and the continuation to its left (the decoder, with the context states as its "cross-attention"
+memory). Encoder and decoder therefore share their weights, which the paper's model does not.
+
+Examples (2.2, 3.1). A pretrain example is a passage of consecutive sentences (data.make_passages packs them to
+the length budget). Its first `context_frac` = 80% of tokens are the context, the rest the continuation. The cut
+moves to the sentence boundary nearest to it when one is "near": within `boundary_slack` x the passage's length
+(10%, so 8 of 80 tokens); otherwise it falls inside a sentence. A passage with no room for a continuation
+(an empty or one-token passage) is skipped and counted; one longer than max_len is truncated with a warning.
+
+    [SOS] ctx [EOS] | [SOS] y1 .. yn       positions 0..S-1 | S, S+1, ..., segments 0 | 1
+    labels  (MLM at masked ctx)  |  y1 .. yn [EOS]         the label at [SOS] is y1, at yn it is [EOS]
+
+That is generate.py's loop with query_token None exactly: the token at position S+t is y_t-1 (y_-1 = [SOS]) and its
+own state predicts y_t. In a batch every context block is padded to the longest one before the continuations
+start, so the continuation rows of every example are h[:, S_max:]; positions and visibility do not change.
+
+Stage 1 (2.1): the encoder alone, BERT's MLM on the context: 15% (`mask_prob`) of the context tokens, 80/10/10.
+The continuation is left out of stage-1 batches: it carries no loss and the context may not see it, so it would
+be compute for nothing. Stage 2: the continuation by teacher forcing, loss -log P(y_t) of the pointer-generator
+mixture (2.3, model.PointerGenerator), plus `mlm_weight` x MLM (0 in the paper: then the MLM loss is still
+reported, computed without gradient). The context stays masked in stage 2 (Figure 1d); the copy source is the
+context the model sees, and [MASK] and the other special tokens are never copy targets.
+train.py calls `set_step(step, total_steps)` before each batch: stage 1 for steps < stage1_frac x total_steps.
+`copy=False` drops the copy head from the loss (the paper's Table 6 ablation; the model's head then sits unused:
+add --copy_head false to leave it out of the model). `model_defaults` tells train.py the model needs copy_head.
+`copy_chunk` k > 0 computes the copy attention k continuation steps at a time, checkpointed: less memory, a little
+slower (numbers in model.PointerGenerator's docstring).
+
+Fine-tuning: source as context (never masked), target as continuation, copy on; an empty target is skipped and
+counted (there is no continuation to learn). Decoding: `decode_logprobs` mixes in the copy distribution.
+
+Left out: RoBERTa initialisation, the separate decoder, the extended vocabulary (no OOV words in WordPiece).
+Metrics: loss, loss_mlm, acc_mlm, loss_ar, acc_ar (argmax of the mixture), lambda_mean (share generated), stage.
+"""
+import itertools
+
+import torch
+
+from objectives import Batch, Objective, corrupt, lm_loss, pad, warn_once
+from objectives import masks
+
+
+def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
+    """A passage (list of sentences of ids) -> (context ids, continuation ids), cut near context_frac (2.2).
+
+    The cut is round(context_frac x n), kept inside [1, n - 1]; the nearest inner sentence boundary replaces it if
+    it lies within boundary_slack x n tokens (ties go to the earlier boundary). With n < 2 a part comes back empty.
+    """
+    tokens = [t for s in passage for t in s]
+    n = len(tokens)
+    cut = min(max(round(context_frac * n), 1), n - 1)
+    bounds = list(itertools.accumulate(len(s) for s in passage))[:-1]       # ends of all but the last sentence
+    near = [b for b in bounds if 0 < b < n and abs(b - cut) <= boundary_slack * n]
+    if near:
+        cut = min(near, key=lambda b: (abs(b - cut), b))
+    return tokens[:cut], tokens[cut:]
+
+
+class PalmObjective(Objective):
+    name = "palm"
+    query_token = None            # next-token prediction: y_t-1's own state predicts y_t
+    segments = (0, 1)             # context (encoder) / continuation (decoder)
+    model_defaults = dict(copy_head=True)     # train.py builds the model with these (the pointer-generator)
+    options = dict(context_frac=0.8, boundary_slack=0.1, mask_prob=0.15, stage1_frac=0.1, mlm_weight=0.0, copy=True,
+                   copy_chunk=0)
+
+    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
+        super().__init__(tokenizer, task, max_len, label_smoothing)
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(f"objectives/palm.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
+        for k, default in self.options.items():
+            setattr(self, k, options.get(k, default))
+        if not 0 < self.context_frac < 1:
+            raise ValueError(f"objectives/palm.py: context_frac={self.context_frac} must be in (0, 1)")
+        for k in ("mask_prob", "stage1_frac"):
+            if not 0 <= getattr(self, k) <= 1:
+                raise ValueError(f"objectives/palm.py: {k}={getattr(self, k)} must be in [0, 1]")
+        if self.boundary_slack < 0 or self.mlm_weight < 0 or self.copy_chunk < 0:
+            raise ValueError("objectives/palm.py: boundary_slack, mlm_weight and copy_chunk must be >= 0")
+        if self.mask_prob == 0 and (self.stage1_frac > 0 or self.mlm_weight > 0):
+            raise ValueError("objectives/palm.py: mask_prob=0 leaves the MLM (stage 1, mlm_weight) nothing to predict")
+        if max_len < 5:
+            raise ValueError(f"objectives/palm.py: max_len={max_len} cannot hold [SOS] x [EOS] [SOS] y")
+        self.special_ids = sorted(tokenizer.special_ids)
+        self.stage = 2 if task == "seq2seq" else None
+
+    def set_step(self, step, total_steps):
+        """Call before building the batch of training step `step` (0-based) of `total_steps` (2.1's two stages)."""
+        self.stage = 1 if self.task == "pretrain" and step < self.stage1_frac * total_steps else 2
+
+    # --- examples ------------------------------------------------------------------------------------------------
+
+    def _mask_context(self, ctx, rng):
+        """BERT masking of mask_prob of the context tokens (80/10/10) -> (input ids, labels)."""
+        n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
+        inputs, labels = list(ctx), [-100] * len(ctx)
+        for i in rng.sample(range(len(ctx)), n_mask):
+            labels[i] = ctx[i]
+            inputs[i] = corrupt(ctx[i], self.tok, rng)
+        return inputs, labels
+
+    def _pretrain_example(self, passage, rng):
+        """A passage -> (context ids, context labels, continuation ids), or None (skipped and counted)."""
+        budget = self.max_len - 3                  # [SOS] ctx [EOS] [SOS] y: positions 0 .. n + 2
+        if sum(len(s) for s in passage) > budget:
+            warn_once(f"palm: a passage is longer than max_len - 3 = {budget} tokens; truncated")
+            starts = itertools.accumulate([0] + [len(s) for s in passage])    # tokens before each sentence
+            passage = [s[:budget - used] for s, used in zip(passage, starts) if used < budget]
+        ctx, cont = split_passage(passage, self.context_frac, self.boundary_slack)
+        if not ctx or not cont:
+            self.count_skip("passage too short for a context and a continuation")
+            return None
+        return (*self._mask_context(ctx, rng), cont)
+
+    def _seq2seq_example(self, src, tgt):
+        """(src_ids, tgt_ids) -> (source ids, no labels, target ids), truncated to max_len, or None."""
+        if not tgt:
+            self.count_skip("empty target")
+            return None
+        if len(tgt) + 3 > self.max_len:            # the target alone does not fit next to [SOS] [EOS] [SOS]
+            warn_once(f"palm: a target is longer than max_len - 3 = {self.max_len - 3}; truncated")
+            tgt = tgt[:self.max_len - 3]
+        if len(src) + len(tgt) + 3 > self.max_len:
+            warn_once(f"palm: a source + target pair is longer than max_len={self.max_len}; source truncated")
+            src = src[:self.max_len - 3 - len(tgt)]
+        return list(src), [-100] * len(src), list(tgt)
+
+    def make_batch(self, examples, rng):
+        stage = self.stage
+        if stage is None:
+            if self.stage1_frac > 0:
+                warn_once("palm: set_step() was never called, so there is no stage 1; training stage 2")
+            stage = 2
+        items = [self._seq2seq_example(*ex) if self.task == "seq2seq" else self._pretrain_example(ex, rng)
+                 for ex in examples]
+        items = [it for it in items if it is not None]
+        if not items:
+            raise ValueError(f"objectives/palm.py: every example of the batch was skipped ({self.skipped})")
+        ctx, ctx_labels, conts = zip(*items)
+        return self._collate(ctx, ctx_labels, conts if stage == 2 else None, stage)
+
+    def _collate(self, ctx, ctx_labels, conts, stage):
+        """[SOS] ctx [EOS] padded to S, then (stage 2) [SOS] y padded to T: the seq2seq layout with a gap."""
+        sos, eos, pad_id = self.tok.sos_id, self.tok.eos_id, self.tok.pad_id
+        B, S = len(ctx), max(len(c) for c in ctx) + 2
+        src_len = torch.tensor([len(c) + 2 for c in ctx])
+        ids = [pad([[sos] + c + [eos] for c in ctx], pad_id, S)]
+        labels = [pad([[-100] + lab + [-100] for lab in ctx_labels], -100, S)]
+        pos = [torch.arange(S).expand(B, S)]
+        seg = [torch.full((B, S), self.segments[0])]
+        real = [torch.arange(S) < src_len[:, None]]
+        if conts is not None:
+            T = max(len(y) for y in conts) + 1
+            ids.append(pad([[sos] + y for y in conts], pad_id, T))
+            labels.append(pad([y + [eos] for y in conts], -100, T))                 # at [SOS]: y1, ..., at yn: [EOS]
+            pos.append(src_len[:, None] + torch.arange(T))                          # S_b, S_b + 1, ...
+            seg.append(torch.full((B, T), self.segments[1]))
+            real.append(torch.arange(T) < torch.tensor([len(y) + 1 for y in conts])[:, None])
+        ids, labels, pos, seg, real = (torch.cat(x, dim=1) for x in (ids, labels, pos, seg, real))
+        pos = pos.masked_fill(~real, 0)            # a padded continuation row could run past max_len otherwise
+        L = ids.size(1)
+        # context block (S_max wide, gaps included) bidirectional; continuation causal and seeing the context
+        mask = masks.seq2seq([S] * B, [L] * B, L) & real[:, None, :] & real[:, :, None]
+        copy_mask = self.copyable(ids[:, :S], real[:, :S])
+        return Batch(ids, pos, seg, mask, labels, extras=dict(copy_mask=copy_mask, stage=stage))
+
+    def copyable(self, ids, real):
+        """Copy support (B, S): real context tokens that are not special ([SOS], [EOS], [MASK], [UNK], ...)."""
+        return real & ~torch.isin(ids, torch.tensor(self.special_ids, device=ids.device))
+
+    # --- loss ------------------------------------------------------------------------------------------------------
+
+    def loss(self, model, batch):
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
+        S, stage = batch.extras["copy_mask"].size(1), batch.extras["stage"]
+        metrics, total = {"stage": stage}, 0.0
+        if self.task == "pretrain":
+            train_mlm = stage == 1 or self.mlm_weight > 0
+            with torch.set_grad_enabled(torch.is_grad_enabled() and train_mlm):     # else a metric only
+                loss_mlm, acc_mlm = lm_loss(model, h[:, :S], batch.labels[:, :S], self.label_smoothing)
+            metrics.update(loss_mlm=loss_mlm.detach(), acc_mlm=acc_mlm)
+            if stage == 1:
+                metrics["loss"] = loss_mlm.detach()
+                return loss_mlm, metrics
+            total = self.mlm_weight * loss_mlm if self.mlm_weight > 0 else 0.0
+        loss_ar, acc_ar, lam = self._ar_loss(model, h, batch, S)
+        metrics.update(loss_ar=loss_ar.detach(), acc_ar=acc_ar)
+        if lam is not None:
+            metrics["lambda_mean"] = lam
+        total = total + loss_ar
+        metrics["loss"] = total.detach()
+        return total, metrics
+
+    def _ar_loss(self, model, h, batch, S):
+        """-log P(y_t | y_<t, x) at the continuation rows, P the pointer-generator mixture (Eq. 7) or P^v alone."""
+        s, labels = h[:, S:], batch.labels[:, S:]                                   # (B, T, d), (B, T)
+        if not self.copy:
+            loss, acc = lm_loss(model, s, labels, self.label_smoothing)
+            return loss, acc, None
+        head = self._head(model)
+        sel = labels != -100
+        alpha, gate = head.attend(s, h[:, :S], batch.extras["copy_mask"], self.copy_chunk or None)  # (B,T,S), (B,T)
+        src = batch.input_ids[:, None, :S].expand(-1, s.size(1), -1)               # (B, T, S)
+        y, alpha, gate, src = labels[sel], alpha[sel], gate[sel], src[sel]         # only the predicted rows (N, ...)
+        logits = model.lm_logits(s[sel])                                           # (N, V)
+        eps = self.label_smoothing
+        if eps:                                    # smoothing needs log P of every token: the full mixture
+            logp = head.mix(logits, alpha, gate, src)                               # (N, V)
+            nll = -(1 - eps) * logp.gather(-1, y[:, None]).squeeze(-1) - eps * logp.mean(-1)
+            pred = logp.detach().argmax(-1)
+        else:                                      # log P(y) alone: no (N, V) copy tensor kept for backward
+            nll = -head.mix(logits, alpha, gate, src, target=y)
+            with torch.no_grad():                  # argmax of lambda P^v + (1 - lambda) P^c in one (N, V) tensor
+                lam = torch.sigmoid(gate)[:, None]
+                pred = (logits.float().softmax(-1) * lam).scatter_add_(-1, src, alpha * (1 - lam)).argmax(-1)
+        acc = (pred == y).float().mean()
+        return nll.mean(), acc, torch.sigmoid(gate).mean().detach()
+
+    def _head(self, model):
+        if getattr(model, "copy_head", None) is None:
+            raise ValueError("objectives/palm.py: copy=True needs a model built with ModelConfig(copy_head=True) "
+                             "(train.py sets it from PalmObjective.model_defaults); or pass copy=False")
+        return model.copy_head
+
+    def pointer_outputs(self, model, batch):
+        """For notebooks: (log P (B, T, V), lambda (B, T), alpha (B, T, S)) at the continuation rows of a batch."""
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
+        S = batch.extras["copy_mask"].size(1)
+        s = h[:, S:]
+        return self._head(model)(model.lm_logits(s), s, h[:, :S], batch.input_ids[:, :S], batch.extras["copy_mask"])
+
+    def decode_logprobs(self, model, h, source):
+        """log P (N, V) of the next token from states h (N, d): the mixture over source = dict(hidden, ids, mask)."""
+        if not self.copy:
+            return super().decode_logprobs(model, h, source)
+        s = h[:, None]                                                              # (N, 1, d): one step
+        mask = self.copyable(source["ids"], source["mask"].bool())
+        logp, _, _ = self._head(model)(model.lm_logits(s), s, source["hidden"], source["ids"], mask)
+        return logp[:, 0]
+
+
+OBJECTIVE = PalmObjective

@@ -1,0 +1,252 @@
+"""UniLM (Dong et al. 2019, section 2): four language models in one Transformer, told apart only by the mask.
+
+    obj = get_objective("unilm", tok)                      # pre-training: a passage -> one of the four LMs
+    obj = get_objective("unilm", tok, task="seq2seq")      # fine-tuning (2.5): mask target tokens, predict them
+    python train.py --objective unilm                      # (train.py turns the options below into flags)
+
+Pre-training (2.3, 2.4). Each BATCH draws one LM: bidirectional 1/3, seq2seq 1/3, left-to-right 1/6,
+right-to-left 1/6 (weights 2:2:1:1, options `weight_*`; `lm_type` forces one). Inputs (2.1):
+    bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1/S2 cut from the passage at a random sentence boundary
+    left/right-to-left       [SOS] x [EOS]             x = the whole passage, ONE text segment as the paper says
+                                                       (the official loader packs two segments here: we follow
+                                                       the paper, and the DESIGN table)
+Segment ids double as LM identifiers (2.1; official ids): bidirectional S1 0 / S2 1, left-to-right 2,
+right-to-left 3, seq2seq source 4 / target 5. Cloze (2.4): 15% of the non-special tokens are predicted,
+n_pred = max(1, round(0.15 * n)) exactly as the official loader counts them; a span starts at a random
+position, 80% single tokens / 20% a bigram or trigram; a chosen token becomes [MASK] 80%, a random token 10%,
+itself 10%. [SOS] and [EOS] are never masked (spans stop there). NSP (2.3) for the bidirectional LM only:
+with probability 1/2, S2 is replaced by a random sentence suffix of ANOTHER passage of the same batch, cut to the
+replaced S2's length (a batch of one usable passage has no other: all its pairs are positive).
+Loss = masked-token cross-entropy + NSP (logged apart as loss_mlm, loss_nsp).
+
+Cutting a passage (a list of sentences): several sentences -> split between sentences k | k+1, k uniform;
+one sentence -> split inside it at a uniform token boundary (keeps short documents in play); an empty or
+one-token passage cannot give two non-empty segments and is skipped and counted (in every LM, for one rule).
+Too long for max_len: truncated with a warning, S1 loses its first tokens and S2 its last (the text around the
+split point stays, so a positive pair stays a true continuation); the one-text LMs keep the start.
+
+Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS] with segments 4/5; n_pred = max(1, round(len(tgt) * 0.7))
+positions (official formula; len(tgt) counts no [EOS]) are drawn among the target tokens INCLUDING the final
+[EOS] (so the model learns to stop), 80/10/10 on them, single tokens (the official fine-tuning runs use no
+n-gram masking). The source is never masked. Label smoothing (0.1 in the paper) is the base class's option.
+
+The official loader caps predictions per sequence at --max_pred; here `max_pred` = 0 (the default) means no
+cap, so the rates are the paper's. Left out: whole-word masking, the NLU fine-tuning heads, the official label
+smoothing's eps/(V-2) (ours, torch's: eps/V). All randomness comes from the rng given to make_batch.
+"""
+import torch
+import torch.nn.functional as F
+
+from objectives import Batch, Objective, corrupt, lm_loss, pad, warn_once
+from objectives import masks
+
+LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")       # metrics["lm_type"] = index
+# official segment ids as LM identifiers (type_vocab_size 6): (first segment, second segment)
+SEGMENT_IDS = {"bidirectional": (0, 1), "left_to_right": (2, 2), "right_to_left": (3, 3), "seq2seq": (4, 5)}
+
+
+def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
+    """Cloze positions: n_pred of the candidate positions, in spans (2.4). -> (sorted positions, spans).
+
+    Walk the candidates in random order; from each not yet chosen start, take a bigram or trigram with
+    probability span_prob (length uniform in 2..max_span, as the official skipgram_size), else one token. A span
+    stops at a non-candidate (a special token, the end), at a chosen position, or when n_pred are chosen, so
+    spans stay contiguous and never exceed the budget (the official code overshoots, then drops at random).
+    """
+    allowed = set(candidates)
+    order = list(candidates)
+    rng.shuffle(order)
+    chosen, spans = set(), []
+    for start in order:
+        if len(chosen) >= n_pred:
+            break
+        if start in chosen:
+            continue
+        n = rng.randint(2, max_span) if max_span >= 2 and rng.random() < span_prob else 1
+        span = []
+        for p in range(start, start + n):
+            if p not in allowed or p in chosen or len(chosen) + len(span) >= n_pred:
+                break
+            span.append(p)
+        chosen.update(span)
+        spans.append(span)
+    return sorted(chosen), spans
+
+
+class UniLMObjective(Objective):
+    name = "unilm"
+    query_token = "[MASK]"        # decoding puts [MASK] at the next target position (2.5; official decoder)
+    segments = SEGMENT_IDS["seq2seq"]
+    options = dict(mask_prob=0.15, span_prob=0.2, max_span=3, max_pred=0, nsp=True, nsp_negative_prob=0.5,
+                   lm_type="mix", weight_bidirectional=2.0, weight_seq2seq=2.0, weight_left_to_right=1.0,
+                   weight_right_to_left=1.0, target_mask_prob=0.7)
+
+    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
+        super().__init__(tokenizer, task, max_len, label_smoothing)
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(f"objectives/unilm.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
+        for k, default in self.options.items():
+            setattr(self, k, options.get(k, default))
+        if self.lm_type not in ("mix",) + LM_TYPES:
+            raise ValueError(f"objectives/unilm.py: lm_type={self.lm_type!r}; choose mix or one of {LM_TYPES}")
+        self.weights = [float(getattr(self, f"weight_{t}")) for t in LM_TYPES]
+        if min(self.weights) < 0 or sum(self.weights) <= 0:
+            raise ValueError(f"objectives/unilm.py: LM weights {self.weights} must be >= 0 with a positive sum")
+        for k in ("mask_prob", "span_prob", "nsp_negative_prob", "target_mask_prob"):
+            if not 0 <= getattr(self, k) <= 1:
+                raise ValueError(f"objectives/unilm.py: {k}={getattr(self, k)} is not a probability")
+        if max_len < 5:
+            raise ValueError(f"objectives/unilm.py: max_len={max_len} cannot hold [SOS] a [EOS] b [EOS]")
+
+    # --- one example -> (tokens, segment ids, labels, n_src) --------------------------------------------------
+
+    def _n_pred(self, n, p):
+        n_pred = max(1, round(n * p))                  # official: min(max_pred, max(1, round(n * p)))
+        return min(n_pred, self.max_pred) if self.max_pred > 0 else n_pred
+
+    def _cloze(self, tokens, candidates, n_pred, rng, span_prob):
+        """Mask n_pred of the candidate positions (80/10/10, 2.4) -> (corrupted tokens, labels)."""
+        positions, _ = choose_positions(candidates, n_pred, rng, span_prob, self.max_span)
+        inputs, labels = list(tokens), [-100] * len(tokens)
+        for p in positions:
+            labels[p] = tokens[p]
+            inputs[p] = corrupt(tokens[p], self.tok, rng)
+        return inputs, labels
+
+    def _cut(self, passage, rng):
+        """A passage (list of sentences) -> (S1, S2), both non-empty, split at a random sentence boundary."""
+        if len(passage) >= 2:
+            k = rng.randint(1, len(passage) - 1)
+            return [t for s in passage[:k] for t in s], [t for s in passage[k:] for t in s]
+        k = rng.randint(1, len(passage[0]) - 1)      # one sentence: split inside it
+        return passage[0][:k], passage[0][k:]
+
+    def _pair(self, s1, s2):
+        """Fit [SOS] S1 [EOS] S2 [EOS] into max_len: the longer segment gives way (BERT's truncate_seq_pair)."""
+        budget = self.max_len - 3
+        if len(s1) + len(s2) > budget:
+            warn_once(f"unilm: a segment pair is longer than max_len={self.max_len}; truncated")
+            n1 = min(len(s1), max(budget - len(s2), budget // 2))
+            s1, s2 = s1[len(s1) - n1:], s2[:budget - n1]       # keep the text around the split point
+        sos, eos = self.tok.sos_id, self.tok.eos_id
+        return [sos] + s1 + [eos] + s2 + [eos], len(s1) + 2
+
+    def _pretrain_example(self, passage, other, lm, rng):
+        """One passage -> (tokens, segments, labels, n_src, nsp_label) for the LM type drawn for the batch."""
+        first, second = SEGMENT_IDS[lm]
+        if lm in ("left_to_right", "right_to_left"):
+            text = [t for s in passage for t in s]
+            if len(text) > self.max_len - 2:
+                warn_once(f"unilm: a passage is longer than max_len={self.max_len}; truncated")
+                text = text[:self.max_len - 2]
+            tokens, n_src, nsp_label = [self.tok.sos_id] + text + [self.tok.eos_id], len(text) + 2, -100
+        else:
+            s1, s2 = self._cut(passage, rng)
+            nsp_label = -100
+            if lm == "bidirectional" and self.nsp:
+                # NSP (2.3, after BERT): 0 = S2 follows S1, 1 = S2 is a sentence suffix of another passage
+                nsp_label = 0
+                if other is not None and rng.random() < self.nsp_negative_prob:
+                    # no longer than the S2 it replaces: the pair's length gives no NSP hint, and still fits
+                    suffix = [t for s in other[rng.randrange(len(other)):] for t in s]
+                    nsp_label, s2 = 1, suffix[:len(s2)]
+            tokens, n_src = self._pair(s1, s2)
+        segments = [first] * n_src + [second] * (len(tokens) - n_src)
+        candidates = [i for i in range(len(tokens)) if i not in (0, n_src - 1, len(tokens) - 1)]   # no specials
+        inputs, labels = self._cloze(tokens, candidates, self._n_pred(len(candidates), self.mask_prob), rng,
+                                     self.span_prob)
+        return inputs, segments, labels, n_src, nsp_label
+
+    def _seq2seq_example(self, src, tgt, rng):
+        """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target tokens masked with target_mask_prob."""
+        if len(tgt) + 3 > self.max_len:
+            warn_once(f"unilm: a target is longer than max_len={self.max_len} - 3; truncated")
+            tgt = tgt[:self.max_len - 3]
+        if len(src) + len(tgt) + 3 > self.max_len:
+            warn_once(f"unilm: a source + target is longer than max_len={self.max_len}; source truncated")
+            src = src[:self.max_len - 3 - len(tgt)]
+        sos, eos = self.tok.sos_id, self.tok.eos_id
+        tokens, n_src = [sos] + list(src) + [eos] + list(tgt) + [eos], len(src) + 2
+        segments = [self.segments[0]] * n_src + [self.segments[1]] * (len(tgt) + 1)
+        candidates = list(range(n_src, len(tokens)))      # the target tokens and its final [EOS] (2.5)
+        inputs, labels = self._cloze(tokens, candidates, self._n_pred(len(tgt), self.target_mask_prob), rng, 0.0)
+        return inputs, segments, labels, n_src, -100
+
+    # --- a batch --------------------------------------------------------------------------------------------------
+
+    def _usable(self, passage):
+        """The passage without empty sentences, or None (skipped and counted) if it has fewer than 2 tokens."""
+        passage = [s for s in passage if s]
+        n = sum(len(s) for s in passage)
+        if n < 2:
+            self.count_skip("empty passage" if n == 0 else "one-token passage (needs two segments)")
+            return None
+        return passage
+
+    def make_batch(self, examples, rng, lm_type=None):
+        """examples -> Batch. lm_type (argument or option) forces one LM; otherwise one is drawn per batch (2.4)."""
+        if self.task == "seq2seq":
+            lm = "seq2seq"
+            rows = [self._seq2seq_example(src, tgt, rng) for src, tgt in examples]
+        else:
+            lm = lm_type or (self.lm_type if self.lm_type != "mix" else rng.choices(LM_TYPES, self.weights)[0])
+            passages = [p for p in map(self._usable, examples) if p is not None]
+            rows = []
+            for b, passage in enumerate(passages):
+                # an NSP negative comes from another passage of the SAME batch (DESIGN contract)
+                others = [i for i in range(len(passages)) if i != b] if lm == "bidirectional" and self.nsp else []
+                other = passages[rng.choice(others)] if others else None
+                rows.append(self._pretrain_example(passage, other, lm, rng))
+        return self._collate(rows, lm)
+
+    def _collate(self, rows, lm):
+        if not rows:                  # every example was skipped: an empty batch, loss() returns a zero
+            empty = torch.zeros(0, 0, dtype=torch.long)
+            return Batch(empty, empty, empty, torch.zeros(0, 0, 0, dtype=torch.bool), empty,
+                         {"lm_type": LM_TYPES.index(lm)})
+        inputs, segments, labels, n_src, nsp = zip(*rows)
+        lengths = [len(x) for x in inputs]
+        L = max(lengths)
+        if lm == "bidirectional":                               # 2.3: every token sees every token
+            attn = masks.bidirectional(lengths, L)
+        elif lm == "left_to_right":                             # 2.3: lower triangle
+            attn = masks.left_to_right(lengths, L)
+        elif lm == "right_to_left":                             # 2.3: upper triangle
+            attn = masks.right_to_left(lengths, L)
+        else:                                                   # 2.3: source block + causal target
+            attn = masks.seq2seq(list(n_src), lengths, L)
+        extras = {"lm_type": LM_TYPES.index(lm)}
+        if lm == "bidirectional" and self.nsp and self.task == "pretrain":
+            extras["nsp_labels"] = torch.tensor(nsp, dtype=torch.long)
+        return Batch(input_ids=pad(inputs, self.tok.pad_id, L),
+                     position_ids=torch.arange(L).expand(len(rows), L).clone(),
+                     segment_ids=pad(segments, 0, L),
+                     attn_mask=attn,
+                     labels=pad(labels, -100, L),
+                     extras=extras)
+
+    # --- the loss -------------------------------------------------------------------------------------------------
+
+    def loss(self, model, batch):
+        """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward pass."""
+        lm_type = float(batch.extras["lm_type"])
+        if batch.input_ids.size(0) == 0:
+            # nothing to learn from; the zero still touches every parameter (DDP expects gradients everywhere)
+            zero = sum(p.sum() for p in model.parameters()) * 0.0
+            return zero, {"loss": zero.detach(), "loss_mlm": zero.detach(), "lm_type": lm_type}
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)      # (B, L, d)
+        loss_mlm, acc = lm_loss(model, h, batch.labels, self.label_smoothing)
+        loss = loss_mlm
+        metrics = {"loss_mlm": loss_mlm.detach(), "acc_mlm": acc, "lm_type": lm_type}
+        if "nsp_labels" in batch.extras:
+            nsp_logits = model.nsp_logits(h[:, 0]).float()                                      # (B, 2) at [SOS]
+            loss_nsp = F.cross_entropy(nsp_logits, batch.extras["nsp_labels"])
+            loss = loss + loss_nsp
+            metrics["loss_nsp"] = loss_nsp.detach()
+            metrics["acc_nsp"] = (nsp_logits.argmax(-1) == batch.extras["nsp_labels"]).float().mean()
+        metrics["loss"] = loss.detach()
+        return loss, metrics
+
+
+OBJECTIVE = UniLMObjective

@@ -1,0 +1,361 @@
+"""generate.py: the cached decoder equals recomputation for every objective, beam search on hand-built score tables,
+fine-tuning layout == decoding loop (teacher-forced log-probs agree), and the command line."""
+import json
+import math
+import random
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import generate as G
+from objectives import get_objective
+from tests.helpers import tiny_model
+from tokenizer import SPECIAL_TOKENS, WordPiece
+
+TOK = WordPiece(list(SPECIAL_TOKENS) + ["."] + [f"w{i}" for i in range(56)])      # 64 pieces, "." = 7
+DOT, EOS = TOK.token_to_id("."), TOK.eos_id
+NAMES = ("unilm", "pmlm", "ernie_gen", "palm")
+# options that turn the training noise off, so a training row sees exactly what the decoder shows it
+QUIET = dict(unilm=dict(target_mask_prob=0.0), pmlm=dict(target_noise_prob=0.0), ernie_gen=dict(rho_f=0.0),
+             palm={})
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is ~10x faster than two on a loaded 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def make_model(name, buckets=32, seed=0):
+    """A tiny random model with weights large enough for peaked distributions (no near-ties in argmax/top-k,
+    and masks that matter: a wrong visibility changes the scores clearly)."""
+    m = tiny_model(len(TOK), seed=seed, rel_pos_buckets=buckets, max_position=64, copy_head=name == "palm")
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3)
+    return m
+
+
+def random_ids(rng, n):
+    return [rng.randrange(DOT, len(TOK)) for _ in range(n)]
+
+
+def sources(lengths=(0, 3, 9, 14), seed=0):
+    rng = random.Random(seed)
+    return [random_ids(rng, n) for n in lengths]
+
+
+# --- cache == recomputation, batching, beams, for the four decoding styles ----------------------------------------
+
+
+@pytest.mark.parametrize("buckets", [0, 32])
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("name", NAMES)
+def test_cache_equals_no_cache(name, beam, buckets):
+    model, obj = make_model(name, buckets), get_objective(name, TOK, task="seq2seq", max_len=64)
+    kw = dict(beam_size=beam, n_best=beam, max_len=8, min_len=2, batch_size=4)
+    cached = G.generate(model, obj, sources(), **kw)
+    full = G.generate(model, obj, sources(), use_cache=False, **kw)
+    assert [[ids for ids, _ in h] for h in cached] == [[ids for ids, _ in h] for h in full]
+    for hc, hf in zip(cached, full):
+        assert len(hc) == beam
+        assert [s for _, s in hc] == pytest.approx([s for _, s in hf], abs=1e-4)
+        assert all(len(ids) >= 2 for ids, _ in hc)                    # min_len
+    # a batch of different lengths decodes each source as if it were alone (padding never attended)
+    alone = [G.generate(model, obj, [s], **kw)[0] for s in sources()]
+    assert [[ids for ids, _ in h] for h in alone] == [[ids for ids, _ in h] for h in cached]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_teacher_forced_scores_cache_equals_no_cache(name):
+    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
+    srcs, tgts = sources(), sources((5, 1, 7, 3), seed=1)
+    a = G.score_targets(model, obj, srcs, tgts)
+    b = G.score_targets(model, obj, srcs, tgts, use_cache=False)
+    model.config.attn_impl = "naive"                   # the readable attention path on the cache's views
+    c = G.score_targets(model, obj, srcs, tgts)
+    for x, y, z, t in zip(a, b, c, tgts):
+        assert x.shape == (len(t),) and torch.allclose(x, y, atol=1e-5) and torch.allclose(x, z, atol=1e-5)
+        assert (x < 0).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_beam_one_equals_greedy_search(name):
+    """generate() runs greedy() for beam 1; beam_search() with K=1 must agree with it."""
+    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
+    rules = G.decoding_rules(TOK, 1, 3, None, "cpu")
+    g = G.greedy(G.Decoder(model, obj, sources(), 10), 10, 1.0, rules)
+    b = G.beam_search(G.Decoder(model, obj, sources(), 10), 1, 10, 1.0, rules)
+    assert [h[0][0] for h in g] == [h[0][0] for h in b]
+    assert [h[0][1] for h in g] == pytest.approx([h[0][1] for h in b], abs=1e-5)
+
+
+def test_long_source_truncated_with_warning():
+    model, obj = make_model("unilm"), get_objective("unilm", TOK, task="seq2seq", max_len=64)
+    long = random_ids(random.Random(0), 80)
+    limit = G.max_source_len(model, 8)                                 # 64 - 8 - 2 = 54
+    with pytest.warns(UserWarning, match="truncated"):
+        out = G.generate(model, obj, [long], max_len=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert out == G.generate(model, obj, [long[:limit]], max_len=8)
+    with pytest.raises(ValueError, match="max_len"):
+        G.generate(model, obj, [long], max_len=70)
+
+
+# --- the fine-tuning layout is the decoding loop ----------------------------------------------------------------
+
+
+def training_rows(obj, model, batch, n_src):
+    """Per labelled target row of a training batch: (example, decoding step, log P(label)) where the model's own
+    training layout puts it. The step is read from the row's position id: position S_b + t predicts y_t."""
+    with torch.no_grad():
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
+    out = []
+    for b, r in (batch.labels != -100).nonzero().tolist():
+        S = n_src[b]
+        step = int(batch.position_ids[b, r]) - S
+        if step < 0 or (obj.query_token and batch.input_ids[b, r] != TOK.token_to_id(obj.query_token)):
+            continue                                                    # a context row, or a corrupted query
+        source = dict(hidden=h[b:b + 1, :S], ids=batch.input_ids[b:b + 1, :S], mask=torch.ones(1, S, dtype=bool))
+        with torch.no_grad():
+            logp = obj.decode_logprobs(model, h[b, r][None], source)[0, batch.labels[b, r]]
+        out.append((b, step, logp.item()))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_training_layout_matches_decoding(name):
+    """Teacher-forced log-probs of the fine-tuning batch == the decoder's per-step scores for the same target."""
+    model = make_model(name)
+    obj = get_objective(name, TOK, task="seq2seq", max_len=64, **QUIET[name])
+    srcs, tgts = sources((4, 11, 0), seed=2), sources((6, 3, 2), seed=3)
+    forced = G.score_targets(model, obj, srcs, [t + [EOS] for t in tgts])
+    n_src = [len(s) + 2 for s in srcs]
+    checked = set()
+    for seed in range(40 if name == "unilm" else 1):                   # UniLM predicts one random row per example
+        batch = obj.make_batch(list(zip(srcs, tgts)), random.Random(seed))
+        rows = training_rows(obj, model, batch, n_src)
+        for b, step, logp in rows:
+            assert logp == pytest.approx(float(forced[b][step]), abs=1e-4), (b, step)
+            checked.add((b, step))
+        n_labels = int((batch.labels != -100).sum())
+        if len(rows) == n_labels:       # every labelled row is a decoding step: the objective's loss agrees too
+            with torch.no_grad():
+                loss, _ = obj.loss(model, batch)
+            want = -sum(float(forced[b][step]) for b, step, _ in rows) / len(rows)
+            assert float(loss) == pytest.approx(want, abs=1e-4)
+    every_step = {(b, t) for b, y in enumerate(tgts) for t in range(len(y) + 1)}
+    assert checked == every_step if name != "unilm" else len(checked) >= 8
+
+
+# --- beam search logic on hand-built score tables -----------------------------------------------------------------
+
+
+class TableDecoder:
+    """Stands in for generate.Decoder: next-token log-probs come from table(source, history) -> {token: logp};
+    tokens not listed get `rest` (impossible by default)."""
+
+    def __init__(self, table, n_sources=1, rest=-math.inf):
+        self.table, self.rest, self.calls = table, rest, 0
+        self.src_ids = torch.zeros(n_sources, 1, dtype=torch.long)
+        self.src_len = torch.ones(n_sources, dtype=torch.long)
+        self.source = torch.arange(n_sources)
+        self.tgt = torch.zeros(n_sources, 0, dtype=torch.long)
+
+    def logprobs(self):
+        self.calls += 1
+        out = torch.full((len(self.tgt), len(TOK)), self.rest)
+        for r, (b, hist) in enumerate(zip(self.source.tolist(), self.tgt.tolist())):
+            for tok, lp in self.table(b, tuple(hist)).items():
+                out[r, tok] = lp
+        return out
+
+    def append(self, tokens):
+        self.tgt = torch.cat([self.tgt, tokens[:, None]], dim=1)
+
+    def reorder(self, index, same_sources=False):
+        self.src_ids, self.src_len, self.source, self.tgt = (x[index] for x in (self.src_ids, self.src_len,
+                                                                                self.source, self.tgt))
+
+
+A, B_, C, D = 10, 11, 12, 13            # four word ids
+
+
+def search(table, beam=1, max_len=10, alpha=1.0, min_len=0, ngram=0, ignore=None, n_sources=1):
+    rules = G.decoding_rules(TOK, min_len, ngram, ignore if ignore is not None else [DOT], "cpu")
+    dec = TableDecoder(table, n_sources)
+    out = G.greedy(dec, max_len, alpha, rules) if beam == 0 else G.beam_search(dec, beam, max_len, alpha, rules)
+    return out, dec.calls
+
+
+def test_length_penalty_decides_between_short_and_long():
+    # [EOS] now: -1.2 (1 token); "a b [EOS]": -0.2 - 0.2 - 1.0 = -1.4 (3 tokens)
+    table = lambda b, h: {(): {EOS: -1.2, A: -0.2}, (A,): {B_: -0.2}, (A, B_): {EOS: -1.0}}.get(h, {})
+    out, _ = search(table, beam=2, alpha=0.0)
+    assert out[0][0] == ([], pytest.approx(-1.2))                      # alpha 0: the raw sum, short wins
+    out, _ = search(table, beam=2, alpha=1.0)
+    assert out[0][0] == ([A, B_], pytest.approx(-1.4 / (8 / 6)))        # ((5 + 3) / 6)^1: long wins
+    assert out[0][1] == ([], pytest.approx(-1.2 / 1.0))                 # n-best: the short one second
+    # greedy takes "a" first (-0.2 > -1.2) and is not fooled either way
+    assert search(table, beam=0, alpha=0.0)[0][0][0][0] == [A, B_]
+
+
+def test_block_forbids_repeated_trigram_unless_it_holds_an_ignore_word():
+    logp = torch.zeros(3, len(TOK))
+    tgt = torch.tensor([[A, B_, C, A, B_], [A, DOT, B_, A, DOT], [C, A, B_, C, A]])
+    G.block(logp, tgt, 5, EOS, 0, torch.tensor([], dtype=torch.long), 3, torch.tensor([DOT]))
+    assert logp[0, C] == -math.inf and (logp[0] == 0).sum() == len(TOK) - 1     # "a b c" again
+    assert (logp[1] == 0).all()                                                  # "a . b" holds "."
+    assert logp[2, B_] == -math.inf and (logp[2] == 0).sum() == len(TOK) - 1    # "c a b" again
+    logp = torch.zeros(3, len(TOK))
+    G.block(logp, tgt, 5, EOS, 0, torch.tensor([], dtype=torch.long), 3, None)  # no ignore words
+    assert logp[1, B_] == -math.inf
+    logp = torch.zeros(1, len(TOK))
+    G.block(logp, tgt[:1], 5, EOS, 6, torch.tensor([0, 2]), 0, None)         # min_len, banned ids, no n-grams
+    assert logp[0, [EOS, 0, 2]].eq(-math.inf).all() and (logp[0] == 0).sum() == len(TOK) - 3
+
+
+def test_ngram_blocking_in_search():
+    cycle = {A: B_, B_: C, C: A}
+    # the model loves the cycle a b c a b c ...; d is always second best
+    table = lambda b, h: {cycle.get(h[-1], A) if h else A: -0.1, D: -1.0}
+    out, _ = search(table, beam=0, max_len=7, ngram=3)
+    assert out[0][0][0] == [A, B_, C, A, B_, D, A]                  # "a b c" may not repeat; "b d a" is new
+    out, _ = search(table, beam=0, max_len=7, ngram=0)
+    assert out[0][0][0] == [A, B_, C, A, B_, C, A]
+    dots = {A: DOT, DOT: B_, B_: A}                                  # with "." every trigram holds an ignore word
+    out, _ = search(lambda b, h: {dots.get(h[-1], A) if h else A: -0.1, D: -1.0}, beam=3, max_len=7, ngram=3)
+    assert out[0][0][0] == [A, DOT, B_, A, DOT, B_, A]
+
+
+@pytest.mark.parametrize("beam", [0, 1, 3])
+def test_min_and_max_length(beam):
+    eager = lambda b, h: {EOS: -0.1, A: -1.0, B_: -1.5, C: -2.0}     # [EOS] is always best
+    out, _ = search(eager, beam=beam, min_len=3, max_len=10)
+    ids, score = out[0][0]
+    assert len(ids) == 3 and score == pytest.approx((-3 * 1.0 - 0.1) / ((5 + 4) / 6))
+    never = lambda b, h: {EOS: -9.0, A: -0.1, B_: -0.5}              # [EOS] never wins: max_len ends the search
+    out, calls = search(never, beam=beam, max_len=6)
+    assert len(out[0][0][0]) == 6 and calls == 6
+
+
+def test_early_stop_when_every_beam_is_done():
+    table = lambda b, h: {A: -0.1, B_: -0.2, C: -0.3, EOS: -5.0} if not h else {EOS: -0.01, D: -3.0}
+    out, calls = search(table, beam=2, max_len=50)
+    assert calls == 2                                                # two steps, not fifty
+    assert [ids for ids, _ in out[0]] == [[A], [B_]]
+
+
+def test_n_best_equals_exhaustive_search():
+    """With a beam wide enough to keep every prefix, beam search is exhaustive: n-best = the true ranking."""
+    def table(b, h):
+        g = torch.Generator().manual_seed(hash((b,) + h) % 2**31)
+        return dict(zip([A, B_, C, EOS], torch.randn(4, generator=g).mul(2).log_softmax(0).tolist()))
+
+    max_len, alpha = 3, 0.7
+    for b in range(3):
+        hyps = []
+        for n in range(max_len + 1):            # every sequence of n words, then [EOS] (or none at max_len)
+            for words in __import__("itertools").product([A, B_, C], repeat=n):
+                lp = sum(table(b, words[:k])[w] for k, w in enumerate(words))
+                if n < max_len:
+                    hyps.append((list(words), (lp + table(b, words)[EOS]) / G.gnmt_penalty(n + 1, alpha)))
+                else:
+                    hyps.append((list(words), lp / G.gnmt_penalty(n, alpha)))
+        hyps.sort(key=lambda x: -x[1])
+        out, _ = search(lambda _, h: table(b, h), beam=40, max_len=max_len, alpha=alpha)
+        got = out[0]
+        assert len(got) == len(hyps) == 40
+        assert [ids for ids, _ in got] == [ids for ids, _ in hyps]
+        assert [s for _, s in got] == pytest.approx([s for _, s in hyps])
+    # several sources at once: each gets its own ranking, scores sorted best first
+    out, _ = search(table, beam=3, max_len=4, n_sources=3)
+    assert len(out) == 3 and all(len(h) >= 3 and h == sorted(h, key=lambda x: -x[1]) for h in out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_one_equals_greedy_on_tables(seed):
+    def table(b, h):
+        g = torch.Generator().manual_seed(seed * 1000 + hash((b,) + h) % 2**31)
+        return dict(zip([A, B_, C, D, EOS], torch.randn(5, generator=g).mul(2).log_softmax(0).tolist()))
+    g, _ = search(table, beam=0, max_len=8, ngram=2, min_len=2, n_sources=4)
+    b, _ = search(table, beam=1, max_len=8, ngram=2, min_len=2, n_sources=4)
+    assert [h[0][0] for h in g] == [h[0][0] for h in b]
+    assert [h[0][1] for h in g] == pytest.approx([h[0][1] for h in b])
+
+
+# --- command line and checkpoints ---------------------------------------------------------------------------------
+
+
+def save_checkpoint(path, name="unilm"):
+    model = make_model(name)
+    # train.py's format, RNG states included (numpy arrays: not loadable with weights_only=True)
+    torch.save({"model": model.state_dict(), "model_config": model.config.to_dict(), "vocab": TOK.vocab,
+                "lowercase": True, "objective": name, "objective_options": {}, "task": "seq2seq",
+                "rng": dict(python=random.getstate(), numpy=np.random.get_state())}, path)
+    return model
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_cli_round_trip_keeps_blank_lines(tmp_path, suffix):
+    ckpt = tmp_path / "model.pt"
+    model = save_checkpoint(ckpt)
+    texts = ["w1 w2 w3", "", "w4 w5 . w6", "   ", "w7"]
+    inp, out = tmp_path / f"in{suffix}", tmp_path / "out.txt"
+    lines = [json.dumps({"src": t}) if suffix == ".jsonl" and t.strip() else t for t in texts]
+    inp.write_text("\n".join(lines) + "\n")
+    G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "3", "--max_len", "6",
+            "--device", "cpu"])
+    got = out.read_text().split("\n")[:-1]
+    assert len(got) == len(texts) and got[1] == got[3] == ""
+    loaded, tok, obj = G.load_checkpoint(str(ckpt))
+    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), loaded.state_dict().values()))
+    want = G.generate_text(loaded, tok, obj, texts, beam_size=3, max_len=6)
+    assert got == want and all(got[i] for i in (0, 2, 4))
+    # --no_cache and n-best: the same best line, then a JSON list of hypotheses with scores
+    G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "3", "--max_len", "6",
+            "--no_cache", "--n_best", "2"])
+    rows = out.read_text().split("\n")[:-1]
+    assert rows[1] == "" and [json.loads(rows[i])[0]["text"] for i in (0, 2, 4)] == [want[i] for i in (0, 2, 4)]
+    assert all(len(json.loads(rows[i])) == 2 for i in (0, 2, 4))
+
+
+def test_cli_errors_are_clean(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "generate.py", "--ckpt", str(tmp_path / "nope.pt"), "--input",
+                          str(tmp_path / "in.txt"), "--output", str(tmp_path / "o.txt")],
+                         cwd=root, capture_output=True, text=True)
+    assert run.returncode == 2 and "checkpoint not found" in run.stderr and "Traceback" not in run.stderr
+    ckpt = tmp_path / "model.pt"
+    save_checkpoint(ckpt, "palm")
+    with pytest.raises(SystemExit) as e:
+        G.main(["--ckpt", str(ckpt), "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o")])
+    assert e.value.code == 2 and "input not found" in capsys.readouterr().err
+    torch.save({"model": {}}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="missing keys"):
+        G.load_checkpoint(str(tmp_path / "bad.pt"))
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot read"):
+        G.load_checkpoint(str(tmp_path / "junk.pt"))
+
+
+def test_checkpoint_of_a_compiled_or_ddp_model_loads(tmp_path):
+    model = make_model("palm")
+    torch.save({"model": {"module._orig_mod." + k: v for k, v in model.state_dict().items()},
+                "model_config": model.config.to_dict(), "vocab": TOK.vocab, "objective": "palm"}, tmp_path / "c.pt")
+    loaded, tok, obj = G.load_checkpoint(str(tmp_path / "c.pt"))
+    assert obj.name == "palm" and obj.query_token is None and len(tok) == len(TOK) and not loaded.training
+    srcs = sources()
+    kw = dict(beam_size=2, max_len=8)
+    assert G.generate(loaded, obj, srcs, **kw) == G.generate(model, obj, srcs, **kw)
+    assert G.generate(loaded, obj, [], **kw) == []
