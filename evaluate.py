@@ -16,8 +16,9 @@ How to run (files hold one text per line, UTF-8)
   python evaluate.py rouge    --pred P --ref R [--stem] [--json] [--bootstrap N]
   python evaluate.py bleu     --pred P --ref R [R2 ...] [--tokenize 13a|none] [--json]
   python evaluate.py distinct --pred P [--n 1 2] [--json]
-  python evaluate.py perplexity ...   <-- PLACEHOLDER (lead): perplexity of a checkpoint on a
-                                          seq2seq file needs model.py + objectives/; added later.
+  python evaluate.py perplexity --ckpt C --data F [--batch_size 32] [--device auto] [--json]
+                                      per-token perplexity of a fine-tuned checkpoint on a seq2seq
+                                      file (jsonl or parallel files, as data.read_seq2seq reads them)
   From Python: rouge(preds, refs, stem), rouge_scores(pred, ref, stem), rouge_bootstrap(...),
   bleu(preds, refs), bleu_details(...), distinct_n(preds, n), porter_stem(word).
 
@@ -485,6 +486,48 @@ def _cmd_distinct(args):
         print(f"{name} = {value:.4f}")
 
 
+# ----------------------------------------------------------------------------- perplexity
+
+
+def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
+    """exp(mean negative log-likelihood per target token) of (src_ids, tgt_ids) pairs, the final [EOS] counted.
+
+    Each target is teacher-forced through generate.py's decoding loop, so every objective is scored exactly the
+    way it generates (UniLM's [MASK] query, UniLMv2's [P], ERNIE-GEN's [ATTN], PALM's next token with copying).
+    Targets longer than max_tgt and sources that do not fit the model are cut, as generation cuts them.
+    """
+    from generate import max_source_len, score_targets     # torch is needed only here
+    eos = objective.tok.eos_id
+    src_limit = max_source_len(model, max_tgt + 1)
+    nll, n = 0.0, 0
+    for i in range(0, len(pairs), batch_size):
+        chunk = pairs[i:i + batch_size]
+        sources = [list(s)[:src_limit] for s, _ in chunk]
+        targets = [list(t)[:max_tgt] + [eos] for _, t in chunk]
+        for logp in score_targets(model, objective, sources, targets):
+            nll -= float(logp.sum())
+            n += logp.numel()
+    if n == 0:
+        raise ValueError("perplexity: no target tokens to score")
+    return math.exp(nll / n)
+
+
+def _cmd_perplexity(args):
+    import torch
+    from data import DataError, read_seq2seq
+    from generate import load_checkpoint
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    try:
+        model, tok, objective = load_checkpoint(args.ckpt, device)
+        pairs = [(tok.encode(s), tok.encode(t)) for s, t in read_seq2seq(args.data)]
+    except (FileNotFoundError, ValueError, DataError) as e:
+        args.parser.error(str(e))
+    with torch.no_grad():
+        value = perplexity(model, objective, pairs, args.batch_size)
+    print(json.dumps({"perplexity": value, "pairs": len(pairs)}) if args.json else
+          f"perplexity {value:.3f} over {len(pairs)} pairs")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -503,7 +546,13 @@ def main(argv=None):
     subs["bleu"].add_argument("--ref", required=True, nargs="+", help="one or more reference files")
     subs["bleu"].add_argument("--tokenize", choices=("13a", "none"), default="13a")
     subs["distinct"].add_argument("--n", type=int, nargs="+", default=[1, 2])
-    # PLACEHOLDER (lead): the `perplexity` subcommand (a checkpoint on a seq2seq file) goes here.
+    ppl = commands.add_parser("perplexity", help="per-token perplexity of a checkpoint on a seq2seq file")
+    ppl.add_argument("--ckpt", required=True, help="a train.py checkpoint (fine-tuned with --task seq2seq)")
+    ppl.add_argument("--data", required=True, help="jsonl {src, tgt} or parallel files (data.read_seq2seq)")
+    ppl.add_argument("--batch_size", type=int, default=32)
+    ppl.add_argument("--device", default="auto")
+    ppl.add_argument("--json", action="store_true")
+    ppl.set_defaults(run=_cmd_perplexity, parser=ppl)
     args = parser.parse_args(argv)
     if getattr(args, "n", None) and min(args.n) < 1:
         args.parser.error(f"--n must be >= 1, got {min(args.n)}")

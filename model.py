@@ -384,6 +384,8 @@ class Transformer(nn.Module):
         if self.rel_bias is not None:
             # computed once and shared by every layer (UniLMv2 4.1); -inf where the mask forbids, for sdpa
             bias = self.rel_bias(position_ids, k_pos).masked_fill(~attn_mask[:, None], float("-inf"))
+            if torch.is_autocast_enabled(x.device.type):   # cast once here rather than in every layer
+                bias = bias.to(torch.get_autocast_dtype(x.device.type))
         for i, block in enumerate(self.blocks):
             x = block(x, attn_mask, bias, cache, i)
         return self.ln_f(x)

@@ -59,6 +59,7 @@ TRAIN = dict(
     grad_accum=1,
     max_steps=600,
     stop_at=0,               # stop after this step as if interrupted (checkpoint kept; for tests and time boxes)
+    time_limit=0.0,          # minutes; stop at the next log step after this much training time (checkpoint kept)
     lr=2e-3,
     warmup_steps=-1,         # -1 = 5% of max_steps
     min_lr_frac=0.0,         # linear decay to lr * min_lr_frac
@@ -218,7 +219,7 @@ def lr_at(step, cfg):
 # Data
 
 
-def build_tokenizer_and_data(cfg, ckpt_tok, rank, ddp):
+def build_tokenizer_and_data(cfg, obj_opts, ckpt_tok, rank, ddp):
     """Rank 0 builds (or finds) the cached vocabulary and tokenized data first; the other ranks then read the cache."""
     data_arg = cfg["data"] or None
     tok = ckpt_tok or (WordPiece.from_file(cfg["vocab"]) if cfg["vocab"] else None)
@@ -228,6 +229,12 @@ def build_tokenizer_and_data(cfg, ckpt_tok, rank, ddp):
                 tok, splits, info = data.prepare_pretrain(data_arg, cfg["vocab_size"], cfg["cache_dir"],
                                                           max_tokens=cfg["seq_len"] - 3, tokenizer=tok,
                                                           progress=cfg["progress"] and rank == 0)
+                if cfg["objective"] == "ernie_gen" and not obj_opts.get("span_vocab"):
+                    # ERNIE-GEN 3.3: the t-test span vocabulary, built once per corpus beside the tokenized data
+                    from objectives.ernie_gen import build_span_vocab
+                    path = Path(info["cache_path"]) / "span_vocab.json"
+                    build_span_vocab(splits["train"], tok, cache_path=path, progress=cfg["progress"] and rank == 0)
+                    obj_opts["span_vocab"] = str(path)
             else:
                 if tok is None:   # no pre-trained checkpoint: use the embedded corpus's vocabulary
                     tok, _, _ = data.prepare_pretrain(None, cfg["vocab_size"], cfg["cache_dir"], progress=rank == 0)
@@ -269,6 +276,9 @@ def evaluate(model, objective, examples, cfg, device, autocast):
 def main(argv):
     cfg, model_over, obj_opts = parse_args(argv)
     ddp, rank, world, device = setup_distributed(cfg["device"])
+    if device.type == "cuda" and "OMP_NUM_THREADS" not in os.environ:
+        # the CPU only builds batches here: a few threads do it, and several processes x all cores thrash
+        torch.set_num_threads(min(4, torch.get_num_threads()))
     master = rank == 0
     out_dir = Path(cfg["out_dir"] or f"out/{cfg['objective']}-{cfg['task']}")
     ckpt_path = out_dir / "ckpt.pt"
@@ -300,7 +310,7 @@ def main(argv):
     if cfg["label_smoothing"] < 0:
         cfg["label_smoothing"] = 0.1 if cfg["task"] == "seq2seq" else 0.0
 
-    tok, splits, info = build_tokenizer_and_data(cfg, ckpt_tok, rank, ddp)
+    tok, splits, info = build_tokenizer_and_data(cfg, obj_opts, ckpt_tok, rank, ddp)
     model_cfg = M.ModelConfig.from_dict({**model_dict, "vocab_size": len(tok)})
     if start:
         check_compatible(start, model_cfg, tok, ckpt_path if cfg["resume"] else cfg["init_from"])
@@ -332,17 +342,19 @@ def main(argv):
 
     if master:
         out_dir.mkdir(parents=True, exist_ok=True)
+        n_all, n_body = sum(p.numel() for p in model.parameters()), model.num_params()
         print(f"unigen | {cfg['objective']} / {cfg['task']} | {model_cfg.n_layer} layers, {model_cfg.n_embd} wide, "
-              f"{model.num_params() / 1e6:.2f}M parameters (+{(sum(p.numel() for p in model.parameters()) - model.num_params()) / 1e6:.2f}M in embeddings)"
-              f" | vocab {len(tok)} | {world} process(es) on {device} | data: {info}")
+              f"{n_body / 1e6:.2f}M parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings) | vocab {len(tok)} | "
+              f"{world} process(es) on {device} | data: {info}")
     train_examples, valid_examples = splits["train"], splits["valid"]
     stream = data.infinite_batches(train_examples, cfg["batch_size"], cfg["seed"], rank, world, state=data_state)
     peak = M.peak_flops(device)
-    log_file = open(out_dir / "metrics.jsonl", "a") if master else None
+    log_file = open(out_dir / "metrics.jsonl", "a" if cfg["resume"] else "w") if master else None
     bar = tqdm(total=cfg["max_steps"], initial=step, disable=not (master and cfg["progress"]), dynamic_ncols=True)
     t_last, tokens_since, flops_since, sums, counts = time.time(), 0, 0.0, {}, {}
 
     def checkpoint():
+        check_pending()
         states = all_data_states(data_state, ddp, world)      # a collective: every rank takes part
         if master:
             save_checkpoint(ckpt_path, dict(
@@ -356,7 +368,23 @@ def main(argv):
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
 
+    # The finiteness check of a step's loss is a host-device sync. It runs one step late, after the CPU has built
+    # the next batches, so that batch building overlaps the GPU's backward pass; no checkpoint is written before
+    # the check, so a non-finite step never reaches the disk.
+    pending = None
+
+    def check_pending():
+        nonlocal pending
+        if pending is not None:
+            finite, bad_step, bad_batches, bad_loss = pending
+            pending = None
+            if not bool(finite):
+                describe_bad_batch(bad_step, bad_batches, bad_loss, tok, master)
+                cleanup(ddp, log_file)
+                raise SystemExit(1)
+
     last = min(cfg["max_steps"], cfg["stop_at"] or cfg["max_steps"])
+    t_start = time.time()
     while step < last:
         if hasattr(objective, "set_step"):         # PALM's two stages switch on the step
             objective.set_step(step, cfg["max_steps"])
@@ -365,11 +393,18 @@ def main(argv):
             group["lr"] = lr
         # one seed per (step, rank) for the objective's and dropout's randomness: a resumed run replays exactly
         torch.manual_seed(cfg["seed"] * 100003 + step * world + rank)
-        loss_sum, batches_seen = 0.0, []
+        batches = []
         for micro in range(cfg["grad_accum"]):
             examples, data_state = next(stream)
-            batch = objective.make_batch(examples, random.Random(f"{cfg['seed']}:{rank}:{step}:{micro}")).to(device)
-            batches_seen.append(batch)
+            batches.append(objective.make_batch(examples, random.Random(f"{cfg['seed']}:{rank}:{step}:{micro}")))
+        check_pending()
+        loss_sum = 0.0
+        for micro, batch in enumerate(batches):
+            n_tokens = batch.n_tokens                  # counted on the CPU copy: no sync
+            pred_frac = int((batch.labels != -100).sum()) / max(1, n_tokens)   # rows that go through the output layer
+            tokens_since += n_tokens
+            flops_since += n_tokens * model.estimate_flops(batch.input_ids.size(1), pred_frac)
+            batch = batch.to(device)
             sync = micro == cfg["grad_accum"] - 1     # DDP all-reduces gradients on the last micro-step only
             with (train_model.no_sync() if ddp and not sync else nullcontext()), autocast:
                 loss, metrics = train_model(batch)
@@ -378,18 +413,10 @@ def main(argv):
             for k, v in metrics.items():     # averaged over the micro-steps and steps where each key appears
                 sums[k] = sums.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v)
                 counts[k] = counts.get(k, 0) + 1
-            n_tokens = batch.n_tokens
-            tokens_since += n_tokens
-            pred_frac = int((batch.labels != -100).sum()) / max(1, n_tokens)   # rows that go through the output layer
-            flops_since += n_tokens * model.estimate_flops(batch.input_ids.size(1), pred_frac)
-        finite = torch.isfinite(torch.as_tensor(loss_sum, dtype=torch.float32, device=device))
+        finite = torch.isfinite(torch.as_tensor(loss_sum, dtype=torch.float32, device=device)).float()
         if ddp:
-            finite = finite.float()
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        if not bool(finite):
-            describe_bad_batch(step, batches_seen, loss_sum, tok, master)
-            cleanup(ddp, log_file)
-            raise SystemExit(1)
+        pending = (finite, step, batches, loss_sum)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -397,6 +424,7 @@ def main(argv):
         bar.update(1)
 
         if step % cfg["log_interval"] == 0 or step == last:
+            check_pending()
             dt = time.time() - t_last
             tok_s = tokens_since * world / dt
             record = {"step": step, "split": "train", "lr": lr, "tokens_per_s": tok_s,
@@ -407,7 +435,12 @@ def main(argv):
                             **({"mfu": f"{record['mfu']:.1%}"} if peak else {}))
             log(record)
             t_last, tokens_since, flops_since, sums, counts = time.time(), 0, 0.0, {}, {}
+            if cfg["time_limit"] and out_of_time(t_start, cfg["time_limit"], ddp):
+                if master:
+                    bar.write(f"time limit of {cfg['time_limit']} min reached at step {step}: stopping")
+                last = step
         if step % cfg["eval_interval"] == 0 or step == last:
+            check_pending()
             if master and valid_examples:
                 metrics = evaluate(model, objective, valid_examples, cfg, device, autocast)
                 log({"step": step, "split": "valid", **metrics})
@@ -415,6 +448,7 @@ def main(argv):
             t_last = time.time()                       # evaluation time is not training throughput
         if step % cfg["ckpt_interval"] == 0 or step == last:
             checkpoint()
+    check_pending()
     bar.close()
     if ddp:
         check_replicas_agree(model, world, master)
@@ -434,6 +468,16 @@ class LossModule(torch.nn.Module):
 
     def forward(self, batch):
         return self.objective.loss(self.model, batch)
+
+
+def out_of_time(t_start, minutes, ddp):
+    """Rank 0's clock decides for everyone (a broadcast), so all ranks stop at the same step."""
+    flag = torch.tensor([float(time.time() - t_start > 60 * minutes)])
+    if ddp:
+        on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        flag = flag.to(on)
+        dist.broadcast(flag, src=0)
+    return bool(flag.item())
 
 
 def check_replicas_agree(model, world, master):
@@ -460,7 +504,7 @@ def all_data_states(state, ddp, world):
 
 def describe_bad_batch(step, batches, loss, tok, master):
     if master:
-        b = batches[-1]
+        b = batches[-1]      # on the CPU
         first = tok.decode(b.input_ids[0, :40].tolist())
         print(f"\nnon-finite loss {float(loss)} at step {step + 1} (batch of {tuple(b.input_ids.shape)}, "
               f"first example starts: {first!r}); stopping. The last good checkpoint is kept.", file=sys.stderr)

@@ -51,11 +51,17 @@ class Objective:
     options = {}                  # the objective's own options and their defaults (train.py makes them --flags)
     model_defaults = {}           # ModelConfig fields it needs (pmlm: relative position bias; palm: the copy head)
 
-    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0):
+    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
         if task not in ("pretrain", "seq2seq"):
             raise ValueError(f"task must be 'pretrain' or 'seq2seq', got {task!r}")
         self.tok, self.task, self.max_len, self.label_smoothing = tokenizer, task, max_len, label_smoothing
         self.skipped = {}         # reason -> count of examples the objective could not use (reported by train.py)
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(f"objectives/{self.name}.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
+        self.opts = {**self.options, **options}
+        for k, v in self.opts.items():          # each option is also an attribute: self.mask_prob, ...
+            setattr(self, k, v)
 
     def make_batch(self, examples, rng):
         raise NotImplementedError

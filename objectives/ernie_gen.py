@@ -27,7 +27,8 @@ labels are always the clean T.
 Span flow (3.3): T is cut into spans by greedy lookup in V_span (trigram, then bigram, then unigram from the
 current word; n-grams of WORDS, a word = its pieces; spans never cross a fragment boundary). Without a span
 vocabulary every word is a span (a warning says so). Loss (Eq. 7): lambda L_word + (1 - lambda) L_span, lambda
-0.5 in pre-training, 1.0 in fine-tuning (then no span flow is built).
+0.5 in pre-training, 1.0 in fine-tuning (then no span flow is built). Metrics: loss, loss_word, acc_word, and
+loss_span, acc_span when the span flow is on.
 
 Fine-tuning: [SOS] src [EOS] at positions 0..S-1 (segment 0), T' = noised (tgt + [EOS]) at S.., its [ATTN]s at
 S.. (segment 1): exactly generate.py's loop with query_token [ATTN]. rho_f defaults to 0.7 (Table 1: SQuAD QG and
@@ -40,8 +41,14 @@ n_trigrams (paper: 200k / 50k on 16 GB) among those with t >= min_t = 2.576 (our
 value Manning & Schuetze use for collocations, so a small corpus keeps only significant n-grams: the cut scales
 with the corpus; 0 disables it) plus all unigrams. The cache file is JSON, one readable n-gram a row.
 
-Left out: the official fine-tuning's incremental length penalty lives in generate.py; the paper's fp16 and
-token-count batching live in train.py. Lengths D are constants (LENGTH_DISTRIBUTIONS), not options.
+Bad input: a passage longer than max_len - 2 is truncated, a seq2seq source (then target) cut to fit, with a
+warning; a passage of fewer than two words cannot give a fragment and is skipped and counted.
+Measured: from scratch, a tiny model's [ATTN] queries learn much slower than predicting from the previous
+token's own state (the query must learn to find its neighbours by position); the paper starts from BERT.
+
+Left out here: decoding (generate.py's loop is the infilling decoding of 3.4), fp16 and token-count batching
+(train.py). The lengths D are constants (LENGTH_DISTRIBUTIONS), not options. A passage whose first sentence was
+cut inside a word (data.make_passages) starts with a `##` piece, which then counts as a word.
 """
 import json
 import math
@@ -170,11 +177,8 @@ class ErnieGenObjective(Objective):
     options = dict(gamma=0.25, rho_p=0.05, rho_f=0.7, lam_pretrain=0.5, lam_finetune=1.0, span_vocab=None)
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing)
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise ValueError(f"objectives/ernie_gen.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
-        opts = {**self.options, **options}
+        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
+        opts = self.opts
         for k in ("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune"):
             if not 0.0 <= float(opts[k]) <= 1.0:
                 raise ValueError(f"objectives/ernie_gen.py: {k}={opts[k]} must lie in [0, 1]")
@@ -251,7 +255,7 @@ class ErnieGenObjective(Objective):
         if len(ids) > self.max_len - 2:
             warn_once(f"ernie_gen: a passage is longer than max_len={self.max_len} - 2; truncated")
             ids = ids[:self.max_len - 2]
-        words = word_ranges(ids, self.continuation) if ids else []
+        words = word_ranges(ids, self.continuation)
         fragments = sorted(self.sample_fragments(words, rng)[0]) if len(words) >= 2 else []
         if not fragments:
             self.count_skip("passage too short for a fragment (needs two words)")

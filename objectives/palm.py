@@ -73,12 +73,7 @@ class PalmObjective(Objective):
                    copy_chunk=0)
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing)
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise ValueError(f"objectives/palm.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
-        for k, default in self.options.items():
-            setattr(self, k, options.get(k, default))
+        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
         if not 0 < self.context_frac < 1:
             raise ValueError(f"objectives/palm.py: context_frac={self.context_frac} must be in (0, 1)")
         for k in ("mask_prob", "stage1_frac"):

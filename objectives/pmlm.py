@@ -1,4 +1,4 @@
-"""UniLMv2's pseudo-masked LM (Bao et al. 2020): autoencoding + partially autoregressive MLM in ONE forward pass.
+r"""UniLMv2's pseudo-masked LM (Bao et al. 2020): autoencoding + partially autoregressive MLM in ONE forward pass.
 
     obj = get_objective("pmlm", tok)                      # pre-training (sections 2.2, 3.1-3.3, 4.1)
     obj = get_objective("pmlm", tok, task="seq2seq")      # fine-tuning (3.4); decoding queries with [P]
@@ -156,12 +156,7 @@ class PMLMObjective(Objective):
                    max_seq_len=0, target_noise_prob=0.5)
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing)
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise ValueError(f"objectives/pmlm.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
-        for k, default in self.options.items():
-            setattr(self, k, options.get(k, default))
+        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
         for k in ("mask_prob", "block_prob", "mask_token_prob", "random_token_prob", "target_noise_prob"):
             if not 0 <= getattr(self, k) <= 1:
                 raise ValueError(f"objectives/pmlm.py: {k}={getattr(self, k)} is not a probability")

@@ -82,12 +82,7 @@ class UniLMObjective(Objective):
                    weight_right_to_left=1.0, target_mask_prob=0.7)
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing)
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise ValueError(f"objectives/unilm.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
-        for k, default in self.options.items():
-            setattr(self, k, options.get(k, default))
+        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
         if self.lm_type not in ("mix",) + LM_TYPES:
             raise ValueError(f"objectives/unilm.py: lm_type={self.lm_type!r}; choose mix or one of {LM_TYPES}")
         self.weights = [float(getattr(self, f"weight_{t}")) for t in LM_TYPES]

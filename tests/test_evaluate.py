@@ -409,7 +409,11 @@ def test_evaluate_imports_only_allowed_modules():
     names = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
              for a in node.names}
     names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert names <= {"argparse", "collections", "functools", "json", "math", "re", "numpy"}
+    # the metrics are written from scratch: the oracles never appear; torch and the project's modules are imported
+    # only inside the perplexity command (a checkpoint needs them)
+    assert not names & {"rouge_score", "sacrebleu", "nltk", "tokenizers", "transformers"}
+    assert names <= {"argparse", "collections", "functools", "json", "math", "re", "numpy",
+                     "torch", "data", "generate"}
 
 
 # ----------------------------------------------------------------------------- CLI
