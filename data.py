@@ -552,3 +552,30 @@ def infinite_batches(examples, batch_size, seed, rank=0, world_size=1, drop_last
             at_end = index == per_epoch
             yield batch, {"epoch": epoch + 1, "index": 0} if at_end else {"epoch": epoch, "index": index}
         epoch, index = epoch + 1, 0
+
+
+# ----------------------------------------------------------------------------- command line
+
+def export_seq2seq(out_dir, cache_dir=".cache"):
+    """Write the embedded seq2seq task as files: {split}.jsonl for train.py, test.src / test.tgt (one text a line)
+    for generate.py and evaluate.py."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    task = default_seq2seq(cache_dir)
+    lines = {f"{split}.jsonl": [json.dumps({"src": s, "tgt": t}) for s, t in pairs] for split, pairs in task.items()}
+    # test.src / test.tgt: one text a line (a newline inside a text would shift every later line)
+    lines.update({f"test.{side}": [" ".join(p[i].split()) for p in task["test"]] for side, i in (("src", 0), ("tgt", 1))})
+    for name, rows in lines.items():
+        _atomic_write(out / name, lambda f: f.write("".join(r + "\n" for r in rows).encode("utf-8")))
+    return {split: len(pairs) for split, pairs in task.items()}
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="Write the embedded docstring -> summary task as files.")
+    ap.add_argument("command", choices=["export"])
+    ap.add_argument("--out", default="docsum")
+    ap.add_argument("--cache_dir", default=".cache")
+    args = ap.parse_args()
+    counts = export_seq2seq(args.out, args.cache_dir)
+    print(f"wrote {args.out}/train.jsonl, valid.jsonl, test.jsonl ({counts}) and test.src / test.tgt")

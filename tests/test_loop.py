@@ -70,3 +70,15 @@ def test_perplexity_is_the_exponent_of_the_objectives_own_loss(tok, pairs):
         loss, _ = obj.loss(model, obj.make_batch(examples, random.Random(0)))
         ppl = evaluate.perplexity(model, obj, examples, batch_size=4)
     assert math.isclose(ppl, math.exp(float(loss)), rel_tol=1e-4)
+
+
+def test_embedded_task_exports_as_files(tmp_path, cache_dir):
+    """`python data.py export` writes what train.py, generate.py and evaluate.py read, line counts aligned."""
+    import data
+    counts = data.export_seq2seq(tmp_path, cache_dir)
+    assert counts["test"] > 50 and counts["train"] > 1000
+    src = (tmp_path / "test.src").read_text().splitlines()
+    tgt = (tmp_path / "test.tgt").read_text().splitlines()
+    pairs = data.read_seq2seq(tmp_path / "test.jsonl")
+    assert len(src) == len(tgt) == len(pairs) == counts["test"]
+    assert [" ".join(s.split()) for s, _ in pairs] == src
