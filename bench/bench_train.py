@@ -27,14 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model as M                                    # noqa: E402
 from objectives import get_objective                 # noqa: E402
-from tokenizer import WordPiece                      # noqa: E402
-
-SPECIALS = ["[PAD]", "[UNK]", "[SOS]", "[EOS]", "[MASK]", "[P]", "[ATTN]"]
-
-
-def synthetic_tokenizer(vocab_size):
-    """A vocabulary of the right size: speed depends on its size, not on which strings it holds."""
-    return WordPiece(SPECIALS + [f"w{i}" for i in range(vocab_size - len(SPECIALS))])
+from bench.bench_generate import synthetic_tokenizer  # noqa: E402  (speed depends on the vocabulary's size only)
+from tokenizer import SPECIAL_TOKENS as SPECIALS      # noqa: E402
 
 
 def passages(n, length, vocab_size, rng):
