@@ -352,11 +352,11 @@ def score_targets(model, objective, sources, targets, use_cache=True):
     return [logp[b, :len(y)] for b, y in enumerate(targets)]
 
 
-def load_checkpoint(path, device="cpu"):
-    """A train.py checkpoint -> (model in eval mode, tokenizer, seq2seq objective).
+def read_checkpoint(path, device="cpu"):
+    """A train.py checkpoint file -> its dict; a clear error for a missing, unreadable or foreign file.
 
-    The checkpoint is a dict with "model" (state_dict), "model_config" (ModelConfig.to_dict()), "vocab" (list of
-    tokens), "lowercase", "objective" (name) and "objective_options" (dict).
+    The dict holds "model" (state_dict), "model_config" (ModelConfig.to_dict()), "vocab" (list of tokens),
+    "lowercase", "objective" (name) and "objective_options" (dict), plus train.py's own resume state.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
@@ -369,6 +369,12 @@ def load_checkpoint(path, device="cpu"):
     missing = [k for k in ("model", "model_config", "vocab", "objective") if k not in keys]
     if missing:
         raise ValueError(f"{path}: not a unigen checkpoint (missing keys {missing})")
+    return ckpt
+
+
+def load_checkpoint(path, device="cpu"):
+    """A train.py checkpoint -> (model in eval mode, tokenizer, seq2seq objective)."""
+    ckpt = read_checkpoint(path, device)
     cfg = M.ModelConfig.from_dict(ckpt["model_config"])
     model = M.Transformer(cfg)
     # torch.compile and DDP wrap parameter names: strip their prefixes

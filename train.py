@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 import data
 import model as M
+from generate import read_checkpoint
 from objectives import OBJECTIVES, get_objective
 from tokenizer import WordPiece
 
@@ -169,9 +170,10 @@ def save_checkpoint(path, state):
 
 
 def load_checkpoint(path):
-    if not Path(path).is_file():
-        raise SystemExit(f"checkpoint {path} not found")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return read_checkpoint(path)          # generate.py's reader: file, readability and keys checked
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(str(e))
 
 
 SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_position", "n_segment",
