@@ -42,11 +42,9 @@ from typing import NamedTuple
 import numpy as np
 from tqdm import tqdm
 
+from utils import DataError, atomic_write, read_text, split_lines
+
 _VERSION = 1  # bump when extraction, splitting or caching rules change: every cache is then rebuilt
-
-
-class DataError(ValueError):
-    """A problem with the user's data; the message names the file (and line or byte) at fault."""
 
 
 class Document(NamedTuple):
@@ -119,7 +117,7 @@ def stdlib_docstrings(cache_dir=".cache") -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     result = _parse_stdlib(root)
     if path:
-        _atomic_write(path, lambda f: f.write(json.dumps(result).encode("utf-8")))
+        atomic_write(path, lambda f: f.write(json.dumps(result).encode("utf-8")))
     return result
 
 
@@ -225,26 +223,11 @@ def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list
 # ----------------------------------------------------------------------------- reading user files
 
 def _read_text(path) -> str:
-    """A file's text, with clear errors for a missing path, an empty file and bytes that are not UTF-8."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
-    data = path.read_bytes()
-    if not data.strip():
+    """A file's text (utils.read_text: missing path, bytes that are not UTF-8), refusing an empty file."""
+    text = read_text(path)
+    if not text.strip():
         raise DataError(f"{path}: file is empty")
-    try:
-        text = data.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}: not UTF-8 at byte offset {e.start} (line {line}): {e.reason}") from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n")
-
-
-def _lines(text: str) -> list[str]:
-    """Split on '\\n' only: str.splitlines() also splits on \\x0b, \\x1c, \\u2028..., which would
-    silently misalign parallel files that contain such characters."""
-    lines = text.split("\n")
-    return lines[:-1] if lines[-1] == "" else lines
+    return text.replace("\r\n", "\n")
 
 
 def read_documents(path, one_per_line=False) -> list[Document]:
@@ -266,7 +249,7 @@ def read_documents(path, one_per_line=False) -> list[Document]:
     docs = []
     for f in files:
         text = _read_text(f)
-        chunks = _lines(text) if one_per_line else _PARAGRAPH.split(text)
+        chunks = split_lines(text) if one_per_line else _PARAGRAPH.split(text)
         rel = f.relative_to(path).as_posix() if f != path else f.name
         docs += [Document(f"{rel}#{i}", c.strip()) for i, c in enumerate(c for c in chunks if c.strip())]
     return docs
@@ -296,7 +279,7 @@ def _resolve_seq2seq(path) -> tuple[Path, Path | None]:
 
 
 def _read_jsonl(path: Path):
-    for n, line in enumerate(_lines(_read_text(path)), 1):
+    for n, line in enumerate(split_lines(_read_text(path)), 1):
         if not line.strip():
             continue
         try:
@@ -317,7 +300,7 @@ def read_seq2seq(path) -> list[tuple[str, str]]:
     if tgt_path is None:
         rows = list(_read_jsonl(src_path))
     else:
-        src, tgt = _lines(_read_text(src_path)), _lines(_read_text(tgt_path))
+        src, tgt = split_lines(_read_text(src_path)), split_lines(_read_text(tgt_path))
         if len(src) != len(tgt):
             raise DataError(f"{src_path}: {len(src)} lines but {tgt_path}: {len(tgt)} lines")
         rows = [(n, s, t) for n, (s, t) in enumerate(zip(src, tgt), 1)]
@@ -333,19 +316,10 @@ def read_seq2seq(path) -> list[tuple[str, str]]:
 
 # ----------------------------------------------------------------------------- tokenize once, cache
 
-def _atomic_write(path: Path, write):
-    """Write through a temp file and os.replace, so a crash never leaves a half-written cache file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)
-
-
 def _save_arrays(folder: Path, arrays: dict, meta: dict):
     for name, arr in arrays.items():
-        _atomic_write(folder / f"{name}.npy", lambda f: np.save(f, arr))
-    _atomic_write(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))  # last: marks complete
+        atomic_write(folder / f"{name}.npy", lambda f: np.save(f, arr))
+    atomic_write(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))  # last: marks complete
 
 
 def _ragged(lists, dtype):
@@ -566,7 +540,7 @@ def export_seq2seq(out_dir, cache_dir=".cache"):
     # test.src / test.tgt: one text a line (a newline inside a text would shift every later line)
     lines.update({f"test.{side}": [" ".join(p[i].split()) for p in task["test"]] for side, i in (("src", 0), ("tgt", 1))})
     for name, rows in lines.items():
-        _atomic_write(out / name, lambda f: f.write("".join(r + "\n" for r in rows).encode("utf-8")))
+        atomic_write(out / name, lambda f: f.write("".join(r + "\n" for r in rows).encode("utf-8")))
     return {split: len(pairs) for split, pairs in task.items()}
 
 

@@ -11,16 +11,21 @@ What it implements
     mteval-v13a tokenizer (or none), clipped n-gram counts, brevity penalty, 'exp' smoothing.
   * distinct-n (Li et al., 2016): unique n-grams / all n-grams over the whole corpus.
   * 95% percentile-bootstrap confidence intervals for ROUGE (resampling pairs).
+  * The lead baseline: the first N words of each source (N = 12 by default), scored with ROUGE.
 
-How to run (files hold one text per line, UTF-8)
+How to run (files hold one text per line, UTF-8; lines split on "\\n" only: utils.read_lines)
   python evaluate.py rouge    --pred P --ref R [--stem] [--json] [--bootstrap N]
+  python evaluate.py lead     --src S --ref R [--words 12] [--stem] [--json] [--bootstrap N]
+                              the ROUGE of the lead baseline (first N words of each source)
   python evaluate.py bleu     --pred P --ref R [R2 ...] [--tokenize 13a|none] [--json]
   python evaluate.py distinct --pred P [--n 1 2] [--json]
   python evaluate.py perplexity --ckpt C --data F [--batch_size 32] [--device auto] [--json]
-                                      per-token perplexity of a fine-tuned checkpoint on a seq2seq
-                                      file (jsonl or parallel files, as data.read_seq2seq reads them)
+                              per-token perplexity of a fine-tuned checkpoint on a seq2seq file
+                              (jsonl or parallel files, as data.read_seq2seq reads them)
+  A bad flag or file is one line on stderr, `evaluate.py: error: ...`, and exit status 2.
   From Python: rouge(preds, refs, stem), rouge_scores(pred, ref, stem), rouge_bootstrap(...),
-  bleu(preds, refs), bleu_details(...), distinct_n(preds, n), porter_stem(word).
+  lead(sources, n_words), bleu(preds, refs), bleu_details(...), distinct_n(preds, n),
+  porter_stem(word).
 
 ROUGE-Lsum splits a text into sentences at newlines ("\\n"). The CLI reads one text per line,
 so there every text is one sentence and rougeLsum equals rougeL; pass "\\n"-joined sentences to
@@ -37,6 +42,8 @@ import math
 import re
 
 import numpy as np
+
+from utils import UsageError, exit_with_error, pick_device, read_lines
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -55,7 +62,8 @@ def _consonant_flags(word):
     flags = []
     for i, ch in enumerate(word):
         if ch == "y":
-            flags.append(i == 0 or not flags[-1])  # "toy": y is a consonant; in "syzygy" the 2nd is not
+            # "toy": y is a consonant; in "syzygy" the second one is not
+            flags.append(i == 0 or not flags[-1])
         else:
             flags.append(ch not in _VOWELS)
     return flags
@@ -208,7 +216,8 @@ def _ngrams(tokens, orders):
 
 def _rouge_n(ref, pred, n):
     """ROUGE-N (Lin 2004, Eq. 1): overlap of n-gram counts, each clipped by the other side."""
-    ref_grams, pred_grams = _ngrams(ref, [n]), _ngrams(pred, [n])
+    ref_grams = _ngrams(ref, [n])
+    pred_grams = _ngrams(pred, [n])
     overlap = sum(min(count, pred_grams[g]) for g, count in ref_grams.items())
     # max(., 1): no n-grams on a side gives 0, not a division by zero (rouge-score's convention)
     return _score(overlap / max(sum(pred_grams.values()), 1),
@@ -238,7 +247,9 @@ def _lcs_positions(ref, cand):
     """Positions in `ref` of ONE longest common subsequence with `cand`. Several LCSs may exist;
     the union below depends on which one, so we walk back exactly like rouge-score: take a match
     at once, else move towards the larger cell, preferring to drop a `ref` token on ties."""
-    table, i, j, positions = _lcs_table(ref, cand), len(ref), len(cand), set()
+    table = _lcs_table(ref, cand)
+    i, j = len(ref), len(cand)
+    positions = set()
     while i > 0 and j > 0:
         if ref[i - 1] == cand[j - 1]:
             positions.add(i - 1)
@@ -252,7 +263,8 @@ def _lcs_positions(ref, cand):
 
 def _rouge_lsum(ref_sents, pred_sents):
     """Summary-level ROUGE-L (Lin 2004, Sec. 3.2, Eq. 5-7) on lists of tokenized sentences."""
-    m, n = sum(map(len, ref_sents)), sum(map(len, pred_sents))
+    m = sum(map(len, ref_sents))
+    n = sum(map(len, pred_sents))
     if m == 0 or n == 0:
         return _score(0.0, 0.0)
     # ROUGE-1.5.5 (and rouge-score) credit a token at most as often as it occurs in each summary;
@@ -273,7 +285,8 @@ def _rouge_lsum(ref_sents, pred_sents):
 
 def rouge_scores(prediction, reference, stem=False):
     """ROUGE-1/2/L/Lsum of one pair: {type: {"precision", "recall", "fmeasure"}}, each in [0, 1]."""
-    pred, ref = rouge_tokenize(prediction, stem), rouge_tokenize(reference, stem)
+    pred = rouge_tokenize(prediction, stem)
+    ref = rouge_tokenize(reference, stem)
 
     def sentences(text):  # Lsum's sentences are the non-empty lines of a text
         return [rouge_tokenize(s, stem) for s in text.split("\n") if s]
@@ -304,7 +317,8 @@ def _score_matrix(predictions, references, stem):
 
 def _unflatten(values):  # 12 numbers -> {type: {measure: value}}
     keys = ("precision", "recall", "fmeasure")
-    return {t: {k: values[3 * i + j] for j, k in enumerate(keys)} for i, t in enumerate(ROUGE_TYPES)}
+    return {t: {k: values[3 * i + j] for j, k in enumerate(keys)}
+            for i, t in enumerate(ROUGE_TYPES)}
 
 
 def rouge(predictions, references, stem=False):
@@ -317,7 +331,8 @@ def rouge_bootstrap(predictions, references, stem=False, n_samples=1000, seed=0,
     Pairs are resampled with replacement n_samples times; low/high are the (1 -+ confidence)/2
     percentiles of the resampled corpus means. Same seed -> same intervals."""
     if n_samples < 1 or not 0 < confidence < 1:
-        raise ValueError(f"need n_samples >= 1 and 0 < confidence < 1, got {n_samples}, {confidence}")
+        raise ValueError(f"need n_samples >= 1 and 0 < confidence < 1, "
+                         f"got {n_samples}, {confidence}")
     matrix = _score_matrix(predictions, references, stem)  # (N, 12)
     rng = np.random.default_rng(seed)
     n = len(matrix)
@@ -372,7 +387,10 @@ def _as_reference_lists(predictions, references):
 
 def bleu_details(predictions, references, tokenize="13a"):
     """Corpus BLEU-4 and its parts: score (0-100), precisions (%), bp, sys_len, ref_len, counts."""
-    correct, total, sys_len, ref_len = [0] * 4, [0] * 4, 0, 0
+    correct = [0] * 4                      # matched n-grams of order 1..4
+    total = [0] * 4                        # hypothesis n-grams of order 1..4
+    sys_len = 0
+    ref_len = 0
     for pred, refs in zip(predictions, _as_reference_lists(predictions, references)):
         hyp = _bleu_tokens(pred, tokenize)
         ref_tokens = [_bleu_tokens(r, tokenize) for r in refs]
@@ -384,12 +402,14 @@ def bleu_details(predictions, references, tokenize="13a"):
             correct[len(gram) - 1] += min(count, clip[gram])
         sys_len += len(hyp)
         # the reference length closest to the hypothesis length, the shorter one on ties
-        ref_len += min((len(r) for r in ref_tokens), key=lambda length: (abs(length - len(hyp)), length))
+        lengths = sorted(len(r) for r in ref_tokens)        # min keeps the first of equals
+        ref_len += min(lengths, key=lambda length: abs(length - len(hyp)))
     return _bleu_from_stats(correct, total, sys_len, ref_len)
 
 
 def _bleu_from_stats(correct, total, sys_len, ref_len):
-    """BLEU = BP * exp(mean_n log p_n) (Papineni et al. 2002, Sec. 2.3), sacrebleu's 'exp' smoothing."""
+    """BLEU = BP * exp(mean_n log p_n) (Papineni et al. 2002, Sec. 2.3), 'exp' smoothing as in
+    sacrebleu."""
     # brevity penalty: exp(1 - r/c) when the system output is shorter than the references
     bp = 1.0 if sys_len >= ref_len else (math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0)
     precisions = [0.0] * 4
@@ -401,7 +421,8 @@ def _bleu_from_stats(correct, total, sys_len, ref_len):
     for n in range(4):
         if total[n] == 0:  # no n-grams of this order at all: p_n stays 0 and BLEU becomes 0
             break
-        if correct[n] == 0:  # 'exp' (NIST) smoothing: the k-th zero precision becomes 1 / (2^k total)
+        if correct[n] == 0:
+            # 'exp' (NIST) smoothing: the k-th zero precision becomes 1 / (2^k total)
             smooth *= 2
             precisions[n] = 100.0 / (smooth * total[n])
         else:
@@ -426,80 +447,37 @@ def distinct_n(predictions, n):
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-# ----------------------------------------------------------------------------- command line
+# ----------------------------------------------------------------------------- lead baseline
 
-def _read_lines(parser, path):
-    """One text per line; a final newline does not start another (empty) text."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except OSError as e:
-        parser.error(f"cannot read {path}: {e.strerror}")
-    except UnicodeDecodeError as e:
-        parser.error(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})")
-    return lines[:-1] if lines[-1] == "" else lines
+def lead(sources, n_words=12):
+    """The lead baseline: the first n_words (whitespace-separated) words of each source.
 
-
-def _read_pairs(parser, pred_path, ref_path):
-    preds, refs = _read_lines(parser, pred_path), _read_lines(parser, ref_path)
-    if len(preds) != len(refs):
-        parser.error(f"{pred_path} has {len(preds)} lines but {ref_path} has {len(refs)} lines "
-                     "(one prediction per reference line)")
-    if not preds:
-        parser.error(f"{pred_path} is empty")
-    return preds, refs
-
-
-def _cmd_rouge(args):
-    preds, refs = _read_pairs(args.parser, args.pred, args.ref)
-    if args.bootstrap:
-        result = rouge_bootstrap(preds, refs, args.stem, n_samples=args.bootstrap)
-    else:
-        result = rouge(preds, refs, args.stem)
-    if args.json:
-        return print(json.dumps(result, indent=2))
-    print(f"{'':10}{'P':>7}{'R':>7}{'F':>7}   ({len(preds)} pairs, x100, stem={args.stem})")
-    for name, s in result.items():
-        p, r, f = (s[k]["mean"] if args.bootstrap else s[k] for k in ("precision", "recall", "fmeasure"))
-        ci = f"   95% CI of F: [{100 * s['fmeasure']['low']:.2f}, {100 * s['fmeasure']['high']:.2f}]" \
-            if args.bootstrap else ""
-        print(f"{name:10}{100 * p:7.2f}{100 * r:7.2f}{100 * f:7.2f}{ci}")
-
-
-def _cmd_bleu(args):
-    preds = _read_lines(args.parser, args.pred)
-    streams = [_read_pairs(args.parser, args.pred, ref)[1] for ref in args.ref]
-    result = bleu_details(preds, [list(refs) for refs in zip(*streams)], args.tokenize)
-    if args.json:
-        return print(json.dumps(result, indent=2))
-    prec = "/".join(f"{p:.1f}" for p in result["precisions"])
-    print(f"BLEU = {result['score']:.2f}  {prec}  (BP = {result['bp']:.3f}, "
-          f"sys_len = {result['sys_len']}, ref_len = {result['ref_len']}, tokenize = {args.tokenize})")
-
-
-def _cmd_distinct(args):
-    preds = _read_lines(args.parser, args.pred)
-    result = {f"distinct-{n}": distinct_n(preds, n) for n in args.n}
-    if args.json:
-        return print(json.dumps(result, indent=2))
-    for name, value in result.items():
-        print(f"{name} = {value:.4f}")
+    A summary that beats it has learned more than "copy the opening"; score it with rouge().
+    """
+    if isinstance(sources, str):
+        raise TypeError("sources must be a list of texts, not one string")
+    if n_words < 1:
+        raise ValueError(f"n_words must be >= 1, got {n_words}")
+    return [" ".join(source.split()[:n_words]) for source in sources]
 
 
 # ----------------------------------------------------------------------------- perplexity
 
 
 def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
-    """exp(mean negative log-likelihood per target token) of (src_ids, tgt_ids) pairs, the final [EOS] counted.
+    """exp(mean negative log-likelihood per target token) of (src_ids, tgt_ids) pairs, the final
+    [EOS] counted.
 
-    Each target is teacher-forced through generate.py's decoding loop, so every objective is scored exactly the
-    way it generates (UniLM's [MASK] query, UniLMv2's [P], ERNIE-GEN's [ATTN], PALM's next token with copying).
-    Targets longer than max_tgt and sources that do not fit the model are cut, as generation cuts them.
+    Each target is teacher-forced through generate.py's decoding loop, so every objective is
+    scored exactly the way it generates (UniLM's [MASK] query, UniLMv2's [P], ERNIE-GEN's [ATTN],
+    PALM's next token with copying). Targets longer than max_tgt and sources that do not fit the
+    model are cut, as generation cuts them.
     """
     from generate import max_source_len, score_targets     # torch is needed only here
     eos = objective.tok.eos_id
     src_limit = max_source_len(model, max_tgt + 1)
-    nll, n = 0.0, 0
+    nll = 0.0
+    n = 0
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i:i + batch_size]
         sources = [list(s)[:src_limit] for s, _ in chunk]
@@ -512,53 +490,154 @@ def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
     return math.exp(nll / n)
 
 
+# ----------------------------------------------------------------------------- command line
+
+PROG = "evaluate.py"
+
+
+def _read_pairs(pred_path, ref_path, what="prediction"):
+    """Two files of one text a line (utils.read_lines), paired line by line."""
+    preds = read_lines(pred_path)
+    refs = read_lines(ref_path)
+    if len(preds) != len(refs):
+        raise UsageError(f"{pred_path} has {len(preds)} lines but {ref_path} has {len(refs)} "
+                         f"lines (one {what} per reference line)")
+    if not preds:
+        raise UsageError(f"{pred_path} is empty")
+    return preds, refs
+
+
+def _report_rouge(args, preds, refs):
+    """ROUGE of the pairs (with bootstrap intervals if asked), printed as JSON or as a table."""
+    if args.bootstrap:
+        result = rouge_bootstrap(preds, refs, args.stem, n_samples=args.bootstrap)
+    else:
+        result = rouge(preds, refs, args.stem)
+    if args.json:
+        return print(json.dumps(result, indent=2))
+    print(f"{'':10}{'P':>7}{'R':>7}{'F':>7}   ({len(preds)} pairs, x100, stem={args.stem})")
+    measures = ("precision", "recall", "fmeasure")
+    for name, s in result.items():
+        p, r, f = (s[k]["mean"] if args.bootstrap else s[k] for k in measures)
+        ci = ""
+        if args.bootstrap:
+            interval = s["fmeasure"]
+            ci = f"   95% CI of F: [{100 * interval['low']:.2f}, {100 * interval['high']:.2f}]"
+        print(f"{name:10}{100 * p:7.2f}{100 * r:7.2f}{100 * f:7.2f}{ci}")
+
+
+def _cmd_rouge(args):
+    preds, refs = _read_pairs(args.pred, args.ref)
+    _report_rouge(args, preds, refs)
+
+
+def _cmd_lead(args):
+    sources, refs = _read_pairs(args.src, args.ref, what="source")
+    _report_rouge(args, lead(sources, args.words), refs)
+
+
+def _cmd_bleu(args):
+    preds = read_lines(args.pred)
+    streams = [_read_pairs(args.pred, ref)[1] for ref in args.ref]
+    result = bleu_details(preds, [list(refs) for refs in zip(*streams)], args.tokenize)
+    if args.json:
+        return print(json.dumps(result, indent=2))
+    prec = "/".join(f"{p:.1f}" for p in result["precisions"])
+    print(f"BLEU = {result['score']:.2f}  {prec}  (BP = {result['bp']:.3f}, "
+          f"sys_len = {result['sys_len']}, ref_len = {result['ref_len']}, "
+          f"tokenize = {args.tokenize})")
+
+
+def _cmd_distinct(args):
+    preds = read_lines(args.pred)
+    result = {f"distinct-{n}": distinct_n(preds, n) for n in args.n}
+    if args.json:
+        return print(json.dumps(result, indent=2))
+    for name, value in result.items():
+        print(f"{name} = {value:.4f}")
+
+
 def _cmd_perplexity(args):
     import torch
-    from data import DataError, read_seq2seq
+    import data
     from generate import load_checkpoint
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    device = pick_device(args.device)
     try:
-        model, tok, objective = load_checkpoint(args.ckpt, device)
-        pairs = [(tok.encode(s), tok.encode(t)) for s, t in read_seq2seq(args.data)]
-    except (FileNotFoundError, ValueError, DataError) as e:
-        args.parser.error(str(e))
+        examples = data.read_seq2seq(args.data)
+    except data.DataError as e:             # data.py's own error class: the user's file is at fault
+        raise UsageError(str(e)) from None
+    # read as data (utils.read_checkpoint): a checkpoint that holds Python objects is refused
+    model, tok, objective = load_checkpoint(args.ckpt, device)
+    pairs = [(tok.encode(s), tok.encode(t)) for s, t in examples]
     with torch.no_grad():
         value = perplexity(model, objective, pairs, args.batch_size)
-    print(json.dumps({"perplexity": value, "pairs": len(pairs)}) if args.json else
-          f"perplexity {value:.3f} over {len(pairs)} pairs")
+    if args.json:
+        print(json.dumps({"perplexity": value, "pairs": len(pairs)}))
+    else:
+        print(f"perplexity {value:.3f} over {len(pairs)} pairs")
+
+
+def _check_args(args):
+    """The numbers argparse cannot check by type; a mistake is a UsageError (one line, exit 2)."""
+    if getattr(args, "n", None) and min(args.n) < 1:
+        raise UsageError(f"--n must be >= 1, got {min(args.n)}")
+    if getattr(args, "bootstrap", 0) < 0:
+        raise UsageError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    if getattr(args, "words", 1) < 1:
+        raise UsageError(f"--words must be >= 1, got {args.words}")
+    if getattr(args, "batch_size", 1) < 1:
+        raise UsageError(f"--batch_size must be >= 1, got {args.batch_size}")
+
+
+def _add_rouge_options(sub):
+    """The flags `rouge` and `lead` share: both print through _report_rouge."""
+    sub.add_argument("--ref", required=True, help="references, one per line")
+    sub.add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
+    sub.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                     help="add 95%% confidence intervals from N bootstrap resamples")
+    sub.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    subs = {}
-    for name, run, help_text in (("rouge", _cmd_rouge, "ROUGE-1/2/L/Lsum (rouge-score 0.1.2 numbers)"),
-                                 ("bleu", _cmd_bleu, "corpus BLEU-4 (sacrebleu defaults)"),
-                                 ("distinct", _cmd_distinct, "distinct-n over all predictions")):
-        subs[name] = sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--pred", required=True, help="predictions, one per line")
-        sub.add_argument("--json", action="store_true", help="print the result as JSON")
-        sub.set_defaults(run=run, parser=sub)
-    subs["rouge"].add_argument("--ref", required=True, help="references, one per line")
-    subs["rouge"].add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
-    subs["rouge"].add_argument("--bootstrap", type=int, default=0, metavar="N",
-                               help="add 95%% confidence intervals from N bootstrap resamples")
-    subs["bleu"].add_argument("--ref", required=True, nargs="+", help="one or more reference files")
-    subs["bleu"].add_argument("--tokenize", choices=("13a", "none"), default="13a")
-    subs["distinct"].add_argument("--n", type=int, nargs="+", default=[1, 2])
-    ppl = commands.add_parser("perplexity", help="per-token perplexity of a checkpoint on a seq2seq file")
-    ppl.add_argument("--ckpt", required=True, help="a train.py checkpoint (fine-tuned with --task seq2seq)")
-    ppl.add_argument("--data", required=True, help="jsonl {src, tgt} or parallel files (data.read_seq2seq)")
-    ppl.add_argument("--batch_size", type=int, default=32)
-    ppl.add_argument("--device", default="auto")
-    ppl.add_argument("--json", action="store_true")
-    ppl.set_defaults(run=_cmd_perplexity, parser=ppl)
+    predictions = "predictions, one per line"
+    sub = commands.add_parser("rouge", help="ROUGE-1/2/L/Lsum (rouge-score 0.1.2 numbers)")
+    sub.add_argument("--pred", required=True, help=predictions)
+    _add_rouge_options(sub)
+    sub.set_defaults(run=_cmd_rouge)
+    sub = commands.add_parser("lead", help="ROUGE of the lead baseline: the first N source words")
+    sub.add_argument("--src", required=True, help="sources, one per line")
+    sub.add_argument("--words", type=int, default=12, metavar="N", help="words kept (12)")
+    _add_rouge_options(sub)
+    sub.set_defaults(run=_cmd_lead)
+    sub = commands.add_parser("bleu", help="corpus BLEU-4 (sacrebleu defaults)")
+    sub.add_argument("--pred", required=True, help=predictions)
+    sub.add_argument("--ref", required=True, nargs="+", help="one or more reference files")
+    sub.add_argument("--tokenize", choices=("13a", "none"), default="13a")
+    sub.add_argument("--json", action="store_true", help="print the result as JSON")
+    sub.set_defaults(run=_cmd_bleu)
+    sub = commands.add_parser("distinct", help="distinct-n over all predictions")
+    sub.add_argument("--pred", required=True, help=predictions)
+    sub.add_argument("--n", type=int, nargs="+", default=[1, 2])
+    sub.add_argument("--json", action="store_true", help="print the result as JSON")
+    sub.set_defaults(run=_cmd_distinct)
+    sub = commands.add_parser("perplexity",
+                              help="per-token perplexity of a checkpoint on a seq2seq file")
+    sub.add_argument("--ckpt", required=True,
+                     help="a train.py checkpoint (fine-tuned with --task seq2seq)")
+    sub.add_argument("--data", required=True,
+                     help="jsonl {src, tgt} or parallel files (data.read_seq2seq)")
+    sub.add_argument("--batch_size", type=int, default=32)
+    sub.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    sub.add_argument("--json", action="store_true", help="print the result as JSON")
+    sub.set_defaults(run=_cmd_perplexity)
     args = parser.parse_args(argv)
-    if getattr(args, "n", None) and min(args.n) < 1:
-        args.parser.error(f"--n must be >= 1, got {min(args.n)}")
-    if getattr(args, "bootstrap", 0) < 0:
-        args.parser.error(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    args.run(args)
+    try:
+        _check_args(args)
+        args.run(args)
+    except UsageError as e:                          # DataError included: the user's to fix
+        exit_with_error(PROG, e)
 
 
 if __name__ == "__main__":

@@ -26,28 +26,33 @@ Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; th
 (pre-LN for stable training from scratch, which the papers' post-LN BERT is not; say so when comparing).
 """
 import math
-from dataclasses import dataclass, asdict, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 
+def setting(default, help):
+    """A dataclass field with a one-line description (train.py --help prints it)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class ModelConfig:
-    vocab_size: int = 8192
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 256
-    ffn_dim: int = 1024
-    max_position: int = 512       # absolute position table size
-    n_segment: int = 6            # UniLM uses 6 segment ids as LM identifiers (section 2.2)
-    dropout: float = 0.1
-    rel_pos_buckets: int = 0      # UniLMv2 relative position bias: 0 = off, the paper uses 32
-    rel_pos_max_distance: int = 128
-    attn_impl: str = "sdpa"       # naive | sdpa
-    copy_head: bool = False       # PALM's pointer-generator (section 2.3)
-    layer_norm_eps: float = 1e-12
+    vocab_size: int = setting(8192, "tokens in the vocabulary (train.py sets it from the tokenizer)")
+    n_layer: int = setting(4, "Transformer blocks")
+    n_head: int = setting(4, "attention heads per block")
+    n_embd: int = setting(256, "model width d")
+    ffn_dim: int = setting(1024, "inner width of the feed-forward layer")
+    max_position: int = setting(512, "absolute position table size: the longest sequence (positions reused)")
+    n_segment: int = setting(6, "segment embeddings (UniLM uses 6 segment ids as LM identifiers, 2.2)")
+    dropout: float = setting(0.1, "dropout on embeddings, attention weights and residual branches")
+    rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; UniLMv2 (4.1) uses 32")
+    rel_pos_max_distance: int = setting(128, "distance beyond which relative positions share the last bucket")
+    attn_impl: str = setting("sdpa", "attention path: naive (written out) | sdpa (fused)")
+    copy_head: bool = setting(False, "add PALM's pointer-generator copy head (2.3)")
+    layer_norm_eps: float = setting(1e-12, "LayerNorm epsilon (BERT's 1e-12)")
 
     def __post_init__(self):
         if self.n_embd % self.n_head:

@@ -1,97 +1,120 @@
 """Pre-train or fine-tune the one backbone with any of the four papers' objectives.
 
-    python train.py --objective pmlm                                  # the main job: tiny model, embedded corpus,
-                                                                      # a few minutes on a laptop CPU
-    torchrun --nproc_per_node 2 train.py --objective pmlm             # the same on 2 processes (DDP)
-    torchrun --nproc_per_node 8 train.py --objective pmlm --preset base --batch_size 32 --data corpus_dir/
-    python train.py --task seq2seq --init_from out/pmlm-pretrain/ckpt.pt --data train.jsonl   # fine-tune
-    python train.py --objective unilm --resume                        # continue out/unilm-pretrain exactly
+    python train.py --objective pmlm                     # the main job: tiny model, embedded corpus, a laptop CPU
+    python train.py --help                               # every setting, with what it does
+    torchrun --nproc_per_node 2 train.py --objective pmlm --out_dir out/pmlm-ddp       # the same on 2 processes
+    python train.py --task seq2seq --init_from out/pmlm-pretrain/ckpt.pt              # fine-tune on the docsum task
+    python train.py --resume --out_dir out/pmlm-pretrain                             # continue a run exactly
 
-Every setting is a `--key value` flag (nanoGPT style, one mechanism): the training settings in TRAIN below, any
-model.ModelConfig field (`--n_layer 4 --attn_impl naive`), and the chosen objective's own options (its class's
-`options`). An unknown key is an error that lists the known ones.
+Every setting is a `--key value` flag (nanoGPT style, one mechanism): the training settings in TrainConfig below,
+any model.ModelConfig field (`--n_layer 4 --attn_impl naive`), and the chosen objective's options (declared in its
+class, e.g. objectives/pmlm.py). An unknown key, or a value out of range, is a one-line error (exit status 2).
 
-What happens: the WordPiece vocabulary and the tokenized corpus are built on first use and cached (data.py);
-passages (pre-training) or (source, target) pairs (fine-tuning) become batches through the objective; AdamW with
-linear warmup then linear decay; gradient accumulation and clipping; bf16 autocast on CUDA; periodic evaluation
-on the held-out split; a tqdm bar with loss, lr, tokens/s and MFU; a jsonl metrics log; atomic checkpoints holding
-everything `--resume` needs to continue exactly. Under torchrun (RANK in the environment) it runs DDP: NCCL on
-GPUs, gloo on CPUs, each rank its own shard of every epoch, gradients synced on the last micro-step only, and
+The run, in the order this file reads:
+  1. settings       flags -> TrainConfig, model fields, objective options; all checked before anything runs
+  2. distributed    under torchrun (RANK in the environment): DDP, NCCL on GPUs, gloo on CPUs
+  3. start point    fresh, --resume (every setting restored from the checkpoint) or --init_from (fine-tuning)
+  4. data           vocabulary and tokenized corpus, built on first use and cached (data.py); this rank's shard
+  5. model          preset + what the objective needs + the flags (or the checkpoint's shapes)
+  6. optimizer      AdamW, linear warmup then linear decay, gradient accumulation and clipping, bf16 on CUDA
+  7. the loop       batches -> loss -> backward -> step; log (tqdm + metrics.jsonl), evaluate, checkpoint
+  8. the end        Ctrl-C / SIGTERM, --stop_at, --time_limit or max_steps: a checkpoint, and what to run next
+Checkpoints are written atomically and hold only tensors and plain values (utils.save_checkpoint); a run never
+overwrites a finished run's checkpoint unless told to (--resume continues it, --overwrite replaces it).
+Under DDP each rank reads its own shard of every epoch, gradients are synced on the last micro-step only, and
 only rank 0 logs and writes.
 
-Left out: multi-node launching (torchrun's own --nnodes does it), FSDP/tensor parallelism, mixed fp16 loss scaling.
+Left out: multi-node launching (torchrun's own --nnodes does it), FSDP/tensor parallelism, fp16 loss scaling.
 """
 import json
 import math
 import os
 import random
+import signal
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
 import data
 import model as M
-from generate import read_checkpoint
-from objectives import OBJECTIVES, get_objective
+from model import setting
+from objectives import OBJECTIVES, get_objective, objective_class
 from tokenizer import WordPiece
+from utils import UsageError, exit_with_error, pick_device, read_checkpoint, save_checkpoint, atomic_write
 
 # ---------------------------------------------------------------------------------------------------------------
-# Settings
+# 1. Settings
 
-TRAIN = dict(
-    objective="pmlm",        # unilm | pmlm | ernie_gen | palm
-    task="pretrain",         # pretrain | seq2seq
-    preset="tiny",           # tiny | small | base (model.PRESETS); ModelConfig fields override it
-    data="",                 # pretrain: a text file/folder (blank line between documents); seq2seq: jsonl or
-                             # parallel files (data.read_seq2seq); "" = the embedded CPython-docs corpus / task
-    init_from="",            # a checkpoint to start from (fine-tuning): model weights and vocabulary
-    vocab="",                # a vocab.txt to use instead of training one
-    out_dir="",              # "" = out/<objective>-<task>
-    resume=False,            # continue from out_dir/ckpt.pt exactly where it stopped
-    vocab_size=8192,
-    seq_len=0,               # passage / source budget in tokens; 0 = 128 (tiny) or the model's max_position
-    batch_size=32,           # per rank and micro-step
-    grad_accum=1,
-    max_steps=600,
-    stop_at=0,               # stop after this step as if interrupted (checkpoint kept; for tests and time boxes)
-    time_limit=0.0,          # minutes; stop at the next log step after this much training time (checkpoint kept)
-    lr=2e-3,
-    warmup_steps=-1,         # -1 = 5% of max_steps
-    min_lr_frac=0.0,         # linear decay to lr * min_lr_frac
-    weight_decay=0.01,
-    beta2=0.98,
-    grad_clip=1.0,
-    label_smoothing=-1.0,    # -1 = 0.1 when fine-tuning (the papers' setting), 0 when pre-training
-    eval_interval=200,
-    eval_batches=10,
-    log_interval=10,
-    ckpt_interval=200,
-    seed=1337,
-    device="auto",           # auto | cpu | cuda | cuda:N
-    compile=False,
-    cache_dir=".cache",
-    progress=True,
-)
+
+@dataclass
+class TrainConfig:
+    objective: str = setting("pmlm", "unilm | pmlm | ernie_gen | palm")
+    task: str = setting("pretrain", "pretrain | seq2seq (fine-tuning on (source, target) pairs)")
+    preset: str = setting("tiny", "model size: tiny | small | base | large; model flags override it")
+    data: str = setting("", "pretrain: text file/folder; seq2seq: jsonl or parallel files; '' = embedded")
+    init_from: str = setting("", "a checkpoint to start from (fine-tuning): its weights and vocabulary")
+    vocab: str = setting("", "a vocab.txt to use instead of training one (a BERT vocab.txt works)")
+    out_dir: str = setting("", "where ckpt.pt and metrics.jsonl go; '' = out/<objective>-<task>")
+    resume: bool = setting(False, "continue the run in out_dir exactly where it stopped, with its settings")
+    overwrite: bool = setting(False, "start afresh in an out_dir holding a checkpoint (replacing it)")
+    vocab_size: int = setting(8192, "WordPiece vocabulary size when one is trained")
+    seq_len: int = setting(0, "passage / source budget in tokens; 0 = 128 (tiny pre-training) or max_position")
+    batch_size: int = setting(32, "examples per rank and micro-step")
+    grad_accum: int = setting(1, "micro-steps per optimizer step")
+    max_steps: int = setting(600, "optimizer steps of the whole run (the schedule's length)")
+    stop_at: int = setting(0, "stop after this step as if interrupted (checkpoint kept); 0 = never")
+    time_limit: float = setting(0.0, "minutes; stop at the next log step after this much training time; 0 = none")
+    lr: float = setting(2e-3, "peak learning rate")
+    warmup_steps: int = setting(-1, "linear warmup steps; -1 = 5% of max_steps")
+    min_lr_frac: float = setting(0.0, "the linear decay ends at lr * min_lr_frac")
+    weight_decay: float = setting(0.01, "AdamW weight decay (not on biases, LayerNorms, position tables)")
+    beta2: float = setting(0.98, "AdamW beta2")
+    grad_clip: float = setting(1.0, "clip the gradient norm to this; 0 = no clipping")
+    label_smoothing: float = setting(-1.0, "-1 = 0.1 when fine-tuning (the papers' setting), 0 when pre-training")
+    eval_interval: int = setting(200, "evaluate on the held-out split every this many steps")
+    eval_batches: int = setting(10, "held-out batches per evaluation")
+    log_interval: int = setting(10, "log (and check for a stop request) every this many steps")
+    ckpt_interval: int = setting(200, "write a checkpoint every this many steps")
+    seed: int = setting(1337, "seed of the data order, the masking and dropout")
+    device: str = setting("auto", "auto | cpu | cuda | cuda:N")
+    compile: bool = setting(False, "torch.compile the model")
+    cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")
+    progress: bool = setting(True, "show progress bars")
+
+
+# a resumed run keeps its settings; these may change without changing what it computes
+SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval", "eval_batches",
+                  "ckpt_interval", "device", "compile", "cache_dir", "progress", "overwrite"}
+SAFE_MODEL_ON_RESUME = {"attn_impl"}
+# the model shapes a checkpoint fixes
+SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_position", "n_segment",
+              "rel_pos_buckets", "rel_pos_max_distance")
+# the sequence budget of the tiny preset's pre-training: a laptop's
+TINY_SEQ_LEN = 128
 
 
 def parse_value(text, default, key):
     """Turn a command-line string into the type of the default."""
     if isinstance(default, bool):
-        if text.lower() in ("1", "true", "yes", "on"):
+        if text is None or text.lower() in ("1", "true", "yes", "on"):
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise SystemExit(f"--{key} expects true/false, got {text!r}")
+        raise UsageError(f"--{key} expects true/false, got {text!r}")
+    if text is None:
+        raise UsageError(f"--{key} needs a value")
+    if default is None:
+        return text
     try:
-        return type(default)(text) if default is not None else text
+        return type(default)(text)
     except ValueError:
-        raise SystemExit(f"--{key} expects a {type(default).__name__}, got {text!r}")
+        raise UsageError(f"--{key} expects a {type(default).__name__}, got {text!r}") from None
 
 
 def split_argv(argv):
@@ -100,101 +123,267 @@ def split_argv(argv):
     while i < len(argv):
         arg = argv[i]
         if not arg.startswith("--"):
-            raise SystemExit(f"expected --key value, got {arg!r}")
+            raise UsageError(f"expected --key value, got {arg!r}")
         key, eq, value = arg[2:].partition("=")
         if not eq:
-            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
-            i += value is not None
+            has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            value = argv[i + 1] if has_value else None
+            i += has_value
         pairs[key.replace("-", "_")] = value
         i += 1
     return pairs
 
 
+def model_fields():
+    """ModelConfig's settable fields and their defaults (vocab_size comes from the tokenizer)."""
+    return {f.name: f.default for f in fields(M.ModelConfig) if f.name != "vocab_size"}
+
+
 def parse_args(argv):
-    """-> (train settings, model overrides, objective options); unknown keys raise, listing the known ones."""
+    """-> (TrainConfig, model flags, objective flags, the keys given); unknown keys list the known ones."""
     raw = split_argv(argv)
-    name = raw.get("objective") or TRAIN["objective"]
+    name = raw.get("objective") or TrainConfig.objective
     if name not in OBJECTIVES:
-        raise SystemExit(f"--objective {name!r}: choose one of {sorted(OBJECTIVES)}")
-    obj_defaults = objective_class(name).options
-    model_fields = {f: v for f, v in M.ModelConfig().to_dict().items() if f != "vocab_size"}
-    cfg, model_over, obj_opts = dict(TRAIN), {}, {}
+        raise UsageError(f"--objective {name!r}: choose one of {sorted(OBJECTIVES)}")
+    train_defaults = asdict(TrainConfig())
+    option_defaults = {k: o.default for k, o in objective_class(name).option_table().items()}
+    cfg, model_flags, obj_flags = {}, {}, {}
+    tables = ((train_defaults, cfg), (model_fields(), model_flags), (option_defaults, obj_flags))
     for key, value in raw.items():
-        for table, out in ((TRAIN, cfg), (model_fields, model_over), (obj_defaults, obj_opts)):
-            if key in table:
-                default = table[key]
-                out[key] = True if value is None and isinstance(default, bool) else parse_value(value or "", default, key)
+        for defaults, out in tables:
+            if key in defaults:
+                out[key] = parse_value(value, defaults[key], key)
                 break
         else:
-            raise SystemExit(f"unknown setting --{key}.\n  training: {sorted(TRAIN)}\n  model: {sorted(model_fields)}\n"
-                             f"  objective {name!r}: {sorted(obj_defaults)}")
-    return cfg, model_over, obj_opts
+            raise UsageError(f"unknown setting --{key} (python train.py --help lists them). training: "
+                             f"{sorted(train_defaults)}; model: {sorted(model_fields())}; objective {name!r}: "
+                             f"{sorted(option_defaults)}")
+    return TrainConfig(**cfg), model_flags, obj_flags, set(raw)
 
 
-def objective_class(name):
-    import importlib
-    return importlib.import_module(f"objectives.{OBJECTIVES[name]}").OBJECTIVE
+def help_text(name):
+    """Every setting with its default and its one-line description: python train.py [--objective X] --help."""
+    row = lambda key, default, text: f"  --{key:<21} {default!r:<11} {text}"
+    lines = [__doc__.split("\n\n")[0], "", "training:"]
+    lines += [row(f.name, f.default, f.metadata["help"]) for f in fields(TrainConfig)]
+    lines += ["", "model (model.ModelConfig; the preset sets them first, a checkpoint fixes the shapes):"]
+    lines += [row(f.name, f.default, f.metadata["help"]) for f in fields(M.ModelConfig) if f.name != "vocab_size"]
+    lines += ["", f"objective {name!r} (objectives/{OBJECTIVES[name]}.py; --objective NAME --help for another):"]
+    lines += [row(key, opt.default, opt.help) for key, opt in objective_class(name).option_table().items()]
+    return "\n".join(lines)
+
+
+def check_settings(cfg, given):
+    """Every value in range, before anything is read or written: one clear error, never a hang or a crash."""
+    at_least_one = ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval", "ckpt_interval")
+    for key in at_least_one:
+        if getattr(cfg, key) < 1:
+            raise UsageError(f"--{key} must be >= 1, got {getattr(cfg, key)}")
+    for key in ("stop_at", "eval_batches", "seq_len", "time_limit", "grad_clip", "weight_decay"):
+        if getattr(cfg, key) < 0:
+            raise UsageError(f"--{key} must be >= 0, got {getattr(cfg, key)}")
+    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise UsageError(f"--lr must be a positive number, got {cfg.lr}")
+    if cfg.warmup_steps < -1 or not 0 <= cfg.min_lr_frac <= 1 or not 0 <= cfg.beta2 < 1:
+        raise UsageError("need --warmup_steps >= -1, 0 <= --min_lr_frac <= 1 and 0 <= --beta2 < 1")
+    if cfg.label_smoothing != -1 and not 0 <= cfg.label_smoothing < 1:
+        raise UsageError(f"--label_smoothing must be in [0, 1) (or -1), got {cfg.label_smoothing}")
+    if cfg.task not in ("pretrain", "seq2seq"):
+        raise UsageError(f"--task {cfg.task!r}: choose pretrain or seq2seq")
+    if cfg.preset not in M.PRESETS:
+        raise UsageError(f"--preset {cfg.preset!r}: choose one of {sorted(M.PRESETS)}")
+    if cfg.vocab_size < 100:
+        raise UsageError(f"--vocab_size {cfg.vocab_size} is too small (the alphabet alone needs about 100)")
+    if cfg.resume and cfg.init_from:
+        raise UsageError("--resume continues a run; --init_from starts a new one from a checkpoint: pick one")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Distributed set-up: torchrun puts RANK / LOCAL_RANK / WORLD_SIZE in the environment
+# 2. Distributed set-up: torchrun puts RANK / LOCAL_RANK / WORLD_SIZE in the environment
 
 
-def setup_distributed(device_arg):
-    ddp = "RANK" in os.environ
-    if device_arg == "auto":
-        device_arg = "cuda" if torch.cuda.is_available() else "cpu"
-    if not ddp:
-        return False, 0, 1, torch.device(device_arg)
-    rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-    if device_arg.startswith("cuda"):
-        device = torch.device(f"cuda:{local_rank}")
+@dataclass
+class Dist:
+    ddp: bool
+    rank: int
+    world: int
+    device: torch.device
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+
+def setup_distributed(device_name):
+    device = pick_device(device_name)
+    if "RANK" not in os.environ:
+        return Dist(False, 0, 1, device)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if device.type == "cuda":
+        device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}")
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
-        device = torch.device("cpu")
         dist.init_process_group("gloo")
-    return True, rank, world, device
+    return Dist(True, rank, world, device)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Checkpoints: written atomically (temp file + rename), so a crash mid-write never loses the last good one
+# 3. Start point: a fresh run, a run to resume, or a checkpoint to fine-tune
 
 
-def save_checkpoint(path, state):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+def out_dir_of(cfg):
+    return Path(cfg.out_dir or f"out/{cfg.objective}-{cfg.task}")
 
 
-def load_checkpoint(path):
-    try:
-        return read_checkpoint(path)          # generate.py's reader: file, readability and keys checked
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(str(e))
+def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
+    """A resumed run takes every setting from its checkpoint; a flag given again may only change a safe one."""
+    saved = ckpt["train_config"]
+    theirs = f"{saved['objective']}/{saved['task']}"
+    if {"objective", "task"} & given and f"{cfg.objective}/{cfg.task}" != theirs:
+        raise UsageError(f"{path} was a {theirs} run; this one is {cfg.objective}/{cfg.task}")
+    diffs = [f"{k}: checkpoint {saved[k]} vs now {getattr(cfg, k)}" for k in sorted(given)
+             if k in saved and k not in SAFE_ON_RESUME and getattr(cfg, k) != saved[k]]
+    diffs += [f"{k}: checkpoint {ckpt['model_config'][k]} vs now {v}" for k, v in model_flags.items()
+              if k not in SAFE_MODEL_ON_RESUME and v != ckpt["model_config"][k]]
+    diffs += [f"{k}: checkpoint {ckpt['objective_options'].get(k)} vs now {v}" for k, v in obj_flags.items()
+              if v != ckpt["objective_options"].get(k)]
+    if diffs:
+        raise UsageError(f"{path}: a resumed run keeps its settings, and these differ: {'; '.join(diffs)}. "
+                         f"Safe to change on --resume: {sorted(SAFE_ON_RESUME | SAFE_MODEL_ON_RESUME)}")
+    # the safe settings belong to this invocation (a --stop_at of the first one must not stop the second)
+    merged = {**saved, **{k: getattr(cfg, k) for k in SAFE_ON_RESUME}}
+    return TrainConfig(**merged), dict(ckpt["objective_options"])
 
 
-SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_position", "n_segment",
-              "rel_pos_buckets", "rel_pos_max_distance")
+def start_point(cfg, model_flags, obj_flags, given):
+    """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or fine-tuning run."""
+    out_dir = out_dir_of(cfg)
+    if cfg.resume:
+        path = out_dir / "ckpt.pt"
+        if not path.exists():
+            raise UsageError(f"--resume: no checkpoint {path} to continue (is --out_dir right?)")
+        ckpt = read_checkpoint(path)
+        cfg, obj_opts = restore_settings(ckpt, cfg, model_flags, obj_flags, given, path)
+        return ckpt, cfg, obj_opts
+    if (out_dir / "ckpt.pt").exists() and not cfg.overwrite:
+        raise UsageError(f"{out_dir} holds the checkpoint of an earlier run: continue it with --resume, start "
+                         "afresh there with --overwrite, or pick another --out_dir")
+    ckpt = read_checkpoint(cfg.init_from) if cfg.init_from else None
+    theirs = ckpt.get("train_config", {}).get("preset") if ckpt else None
+    if ckpt and "preset" in given and cfg.preset != theirs:
+        raise UsageError(f"--preset {cfg.preset} with --init_from: the checkpoint fixes the model's shape (it is a "
+                         f"{theirs} model); drop --preset")
+    return ckpt, cfg, dict(obj_flags)
+
+
+def resolve_defaults(cfg, model_dict):
+    """The settings whose default depends on the run: seq_len, label_smoothing (stored resolved: resume is exact)."""
+    if not cfg.seq_len:
+        tiny_pretrain = cfg.task == "pretrain" and cfg.preset == "tiny" and not cfg.init_from
+        cfg.seq_len = TINY_SEQ_LEN if tiny_pretrain else model_dict["max_position"]
+    if cfg.label_smoothing < 0:
+        cfg.label_smoothing = 0.1 if cfg.task == "seq2seq" else 0.0
+    if cfg.seq_len > model_dict["max_position"]:
+        raise UsageError(f"--seq_len {cfg.seq_len} exceeds the model's max_position {model_dict['max_position']}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. Data
+
+
+def prepare_data(cfg, obj_opts, tok, dist_):
+    """-> (tokenizer, {"train", "valid"} examples, info). Rank 0 builds the caches first, the others then read them."""
+    for turn in ((0, 1) if dist_.ddp else (0,)):
+        if dist_.master == (turn == 0):
+            tok, splits, info = load_data(cfg, obj_opts, tok, show=cfg.progress and dist_.master)
+        if dist_.ddp:
+            dist.barrier()
+    return tok, splits, info
+
+
+def load_data(cfg, obj_opts, tok, show):
+    source = cfg.data or None
+    if cfg.task == "pretrain":
+        tok, splits, info = data.prepare_pretrain(source, cfg.vocab_size, cfg.cache_dir, max_tokens=cfg.seq_len - 3,
+                                                  tokenizer=tok, progress=show)
+        if cfg.objective == "ernie_gen" and not obj_opts.get("span_vocab"):
+            # ERNIE-GEN 3.3: the t-test span vocabulary, built once per corpus beside the tokenized data
+            from objectives.ernie_gen import build_span_vocab
+            path = Path(info["cache_path"]) / "span_vocab.json"
+            build_span_vocab(splits["train"], tok, cache_path=path, progress=show)
+            obj_opts["span_vocab"] = str(path)
+        return tok, splits, info
+    if tok is None:      # fine-tuning from scratch: the embedded corpus's vocabulary
+        tok, _, _ = data.prepare_pretrain(None, cfg.vocab_size, cfg.cache_dir, progress=show)
+    splits = data.prepare_seq2seq(source, tok, cfg.cache_dir, progress=show)
+    return tok, splits, {split: len(v) for split, v in splits.items()}
+
+
+def starting_tokenizer(cfg, ckpt):
+    """The checkpoint's vocabulary, or --vocab's, or None (data.py trains one)."""
+    if cfg.vocab:
+        try:
+            return WordPiece.from_file(cfg.vocab)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--vocab: {e}") from None
+    if ckpt is not None:
+        return WordPiece(ckpt["vocab"], ckpt.get("lowercase", True))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 5. Model
+
+
+def model_settings(cfg, model_flags, ckpt):
+    """ModelConfig fields: the preset, what the objective needs, the checkpoint's shapes, then the flags."""
+    needs = objective_class(cfg.objective).model_defaults
+    model_dict = {**M.PRESETS[cfg.preset], **needs}
+    if ckpt is not None:
+        # the checkpoint fixes the shapes; the objective may still add a head (PALM's copy head)
+        model_dict.update(ckpt["model_config"])
+        model_dict.update({k: v for k, v in needs.items() if k not in SHAPE_KEYS})
+    model_dict.update(model_flags)
+    return model_dict
 
 
 def check_compatible(ckpt, model_cfg, tok, path):
     """Refuse a checkpoint whose vocabulary or model shape differs, naming the difference."""
     if ckpt["vocab"] != tok.vocab:
         diff = next((i for i, (a, b) in enumerate(zip(ckpt["vocab"], tok.vocab)) if a != b), None)
-        raise SystemExit(f"{path}: its vocabulary ({len(ckpt['vocab'])} tokens) differs from this run's "
-                         f"({len(tok.vocab)} tokens)" + (f", first at id {diff}: {ckpt['vocab'][diff]!r} vs "
-                                                        f"{tok.vocab[diff]!r}" if diff is not None else ""))
+        where = f", first at id {diff}: {ckpt['vocab'][diff]!r} vs {tok.vocab[diff]!r}" if diff is not None else ""
+        raise UsageError(f"{path}: its vocabulary ({len(ckpt['vocab'])} tokens) differs from this run's "
+                         f"({len(tok.vocab)} tokens){where}")
     theirs, ours = ckpt["model_config"], model_cfg.to_dict()
     diffs = [f"{k}: checkpoint {theirs.get(k)} vs now {ours[k]}" for k in SHAPE_KEYS if theirs.get(k) != ours[k]]
     if diffs:
-        raise SystemExit(f"{path} does not fit this model: " + "; ".join(diffs))
+        raise UsageError(f"{path} does not fit this model: " + "; ".join(diffs))
+
+
+def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
+    """-> (model on its device, objective); a checkpoint's weights loaded (strictly when resuming)."""
+    try:
+        model_cfg = M.ModelConfig.from_dict({**model_dict, "vocab_size": len(tok)})
+        objective = get_objective(cfg.objective, tok, task=cfg.task, max_len=model_cfg.max_position,
+                                  label_smoothing=cfg.label_smoothing, **obj_opts)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if model_cfg.n_segment < objective.n_segments:
+        raise UsageError(f"--n_segment {model_cfg.n_segment}: {cfg.objective} uses {objective.n_segments} segment ids")
+    if ckpt is not None:
+        check_compatible(ckpt, model_cfg, tok, cfg.init_from or out_dir_of(cfg) / "ckpt.pt")
+    model = M.Transformer(model_cfg).to(dist_.device)
+    if ckpt is not None:
+        # fine-tuning may add a head the pre-trained model did not have (PALM's copy head): strict only on resume
+        missing, unexpected = model.load_state_dict(ckpt["model"], strict=cfg.resume)
+        if dist_.master and (missing or unexpected):
+            print(f"initialised from {cfg.init_from}; new: {missing}; unused: {unexpected}")
+    return model, objective
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Optimizer and schedule
+# 6. Optimizer and schedule
 
 
 def make_optimizer(model, cfg, device):
@@ -203,262 +392,17 @@ def make_optimizer(model, cfg, device):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if p.dim() < 2 or any(n in name for n in no_decay_names) else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(0.9, cfg["beta2"]), eps=1e-6,
-                             fused=device.type == "cuda")
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), eps=1e-6, fused=device.type == "cuda")
 
 
 def lr_at(step, cfg):
     """Linear warmup to lr, then linear decay to lr * min_lr_frac at max_steps."""
-    warmup = cfg["warmup_steps"] if cfg["warmup_steps"] >= 0 else max(1, cfg["max_steps"] // 20)
+    warmup = cfg.warmup_steps if cfg.warmup_steps >= 0 else max(1, cfg.max_steps // 20)
     if step < warmup:
-        return cfg["lr"] * (step + 1) / warmup
-    frac = (step - warmup) / max(1, cfg["max_steps"] - warmup)
-    return cfg["lr"] * (1 - (1 - cfg["min_lr_frac"]) * min(1.0, frac))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Data
-
-
-def build_tokenizer_and_data(cfg, obj_opts, ckpt_tok, rank, ddp):
-    """Rank 0 builds (or finds) the cached vocabulary and tokenized data first; the other ranks then read the cache."""
-    data_arg = cfg["data"] or None
-    tok = ckpt_tok or (WordPiece.from_file(cfg["vocab"]) if cfg["vocab"] else None)
-    for turn in ((0, 1) if ddp else (0,)):
-        if (rank == 0) == (turn == 0):
-            if cfg["task"] == "pretrain":
-                tok, splits, info = data.prepare_pretrain(data_arg, cfg["vocab_size"], cfg["cache_dir"],
-                                                          max_tokens=cfg["seq_len"] - 3, tokenizer=tok,
-                                                          progress=cfg["progress"] and rank == 0)
-                if cfg["objective"] == "ernie_gen" and not obj_opts.get("span_vocab"):
-                    # ERNIE-GEN 3.3: the t-test span vocabulary, built once per corpus beside the tokenized data
-                    from objectives.ernie_gen import build_span_vocab
-                    path = Path(info["cache_path"]) / "span_vocab.json"
-                    build_span_vocab(splits["train"], tok, cache_path=path, progress=cfg["progress"] and rank == 0)
-                    obj_opts["span_vocab"] = str(path)
-            else:
-                if tok is None:   # no pre-trained checkpoint: use the embedded corpus's vocabulary
-                    tok, _, _ = data.prepare_pretrain(None, cfg["vocab_size"], cfg["cache_dir"], progress=rank == 0)
-                splits = data.prepare_seq2seq(data_arg, tok, cfg["cache_dir"], progress=cfg["progress"] and rank == 0)
-                info = {split: len(v) for split, v in splits.items()}
-        if ddp:
-            dist.barrier()
-    return tok, splits, info
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Evaluation
-
-
-@torch.no_grad()
-def evaluate(model, objective, examples, cfg, device, autocast):
-    """Mean metrics over the first eval_batches batches of the held-out split (fixed order and randomness)."""
-    model.eval()
-    sums, n = {}, 0
-    for k, batch in enumerate(data.batches(examples, cfg["batch_size"], seed=0, epoch=0, drop_last=False)):
-        if k == cfg["eval_batches"]:
-            break
-        b = objective.make_batch(batch, random.Random(f"eval:{k}")).to(device)
-        with autocast:
-            _, metrics = objective.loss(model, b)
-        for key, v in metrics.items():
-            v = float(v)
-            if math.isfinite(v):
-                sums[key] = sums.get(key, 0.0) + v
-        n += 1
-    model.train()
-    return {k: v / n for k, v in sums.items()} if n else {}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The run
-
-
-def main(argv):
-    cfg, model_over, obj_opts = parse_args(argv)
-    ddp, rank, world, device = setup_distributed(cfg["device"])
-    if device.type == "cuda" and "OMP_NUM_THREADS" not in os.environ:
-        # the CPU only builds batches here: a few threads do it, and several processes x all cores thrash
-        torch.set_num_threads(min(4, torch.get_num_threads()))
-    master = rank == 0
-    out_dir = Path(cfg["out_dir"] or f"out/{cfg['objective']}-{cfg['task']}")
-    ckpt_path = out_dir / "ckpt.pt"
-    torch.manual_seed(cfg["seed"])
-
-    # --- what we start from: a run to resume, a checkpoint to fine-tune, or nothing
-    start = None
-    if cfg["resume"]:
-        start = load_checkpoint(ckpt_path)
-        if start["train_config"]["objective"] != cfg["objective"] or start["train_config"]["task"] != cfg["task"]:
-            raise SystemExit(f"{ckpt_path} was a {start['train_config']['objective']}/{start['train_config']['task']}"
-                             f" run; this one is {cfg['objective']}/{cfg['task']}")
-    elif cfg["init_from"]:
-        start = load_checkpoint(cfg["init_from"])
-    ckpt_tok = WordPiece(start["vocab"], start["lowercase"]) if start else None
-    if start and cfg["vocab"]:
-        ckpt_tok = WordPiece.from_file(cfg["vocab"])        # check_compatible will compare it with the checkpoint's
-
-    # --- model config: preset, then what the objective needs (e.g. relative positions for pmlm), then the flags
-    model_dict = dict(M.PRESETS[cfg["preset"]])
-    needs = getattr(objective_class(cfg["objective"]), "model_defaults", {})
-    model_dict.update(needs)
-    if start:   # the checkpoint fixes the shapes; the objective may still add a head (PALM's copy head)
-        model_dict.update(start["model_config"])
-        model_dict.update({k: v for k, v in needs.items() if k not in SHAPE_KEYS})
-    model_dict.update(model_over)
-    if not cfg["seq_len"]:
-        cfg["seq_len"] = 128 if cfg["preset"] == "tiny" and not start else model_dict.get("max_position", 512)
-    if cfg["label_smoothing"] < 0:
-        cfg["label_smoothing"] = 0.1 if cfg["task"] == "seq2seq" else 0.0
-
-    tok, splits, info = build_tokenizer_and_data(cfg, obj_opts, ckpt_tok, rank, ddp)
-    model_cfg = M.ModelConfig.from_dict({**model_dict, "vocab_size": len(tok)})
-    if start:
-        check_compatible(start, model_cfg, tok, ckpt_path if cfg["resume"] else cfg["init_from"])
-    if cfg["seq_len"] > model_cfg.max_position:
-        raise SystemExit(f"--seq_len {cfg['seq_len']} exceeds the model's max_position {model_cfg.max_position}")
-
-    objective = get_objective(cfg["objective"], tok, task=cfg["task"], max_len=model_cfg.max_position,
-                              label_smoothing=cfg["label_smoothing"], **obj_opts)
-    model = M.Transformer(model_cfg).to(device)
-    if start:
-        # fine-tuning may add a head the pre-trained model did not have (PALM's copy head): strict only on resume
-        missing, unexpected = model.load_state_dict(start["model"], strict=bool(cfg["resume"]))
-        if master and (missing or unexpected):
-            print(f"initialised from {cfg['init_from']}; new: {missing}; unused: {unexpected}")
-    optimizer = make_optimizer(model, cfg, device)
-    step, data_state = 0, None
-    if cfg["resume"]:
-        optimizer.load_state_dict(start["optimizer"])
-        step, data_state = start["step"], start["data_state"][rank] if rank < len(start["data_state"]) else None
-    del start
-
-    train_model = LossModule(torch.compile(model) if cfg["compile"] else model, objective)
-    if ddp:
-        # find_unused_parameters: some heads sit out some batches (NSP outside UniLM's bidirectional LM, PALM's
-        # copy head in stage 1)
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            train_model, device_ids=[device] if device.type == "cuda" else None, find_unused_parameters=True)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-
-    if master:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        n_all, n_body = sum(p.numel() for p in model.parameters()), model.num_params()
-        print(f"unigen | {cfg['objective']} / {cfg['task']} | {model_cfg.n_layer} layers, {model_cfg.n_embd} wide, "
-              f"{n_body / 1e6:.2f}M parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings) | vocab {len(tok)} | "
-              f"{world} process(es) on {device} | data: {info}")
-    train_examples, valid_examples = splits["train"], splits["valid"]
-    stream = data.infinite_batches(train_examples, cfg["batch_size"], cfg["seed"], rank, world, state=data_state)
-    peak = M.peak_flops(device)
-    log_file = open(out_dir / "metrics.jsonl", "a" if cfg["resume"] else "w") if master else None
-    bar = tqdm(total=cfg["max_steps"], initial=step, disable=not (master and cfg["progress"]), dynamic_ncols=True)
-    t_last, tokens_since, flops_since, sums, counts = time.time(), 0, 0.0, {}, {}
-
-    def checkpoint():
-        check_pending()
-        states = all_data_states(data_state, ddp, world)      # a collective: every rank takes part
-        if master:
-            save_checkpoint(ckpt_path, dict(
-                model=model.state_dict(), model_config=model_cfg.to_dict(), vocab=tok.vocab, lowercase=tok.lowercase,
-                objective=cfg["objective"], objective_options=obj_opts, task=cfg["task"], train_config=cfg,
-                optimizer=optimizer.state_dict(), step=step, data_state=states,
-                rng=dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())))
-
-    def log(record):
-        if master:
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
-
-    # The finiteness check of a step's loss is a host-device sync. It runs one step late, after the CPU has built
-    # the next batches, so that batch building overlaps the GPU's backward pass; no checkpoint is written before
-    # the check, so a non-finite step never reaches the disk.
-    pending = None
-
-    def check_pending():
-        nonlocal pending
-        if pending is not None:
-            finite, bad_step, bad_batches, bad_loss = pending
-            pending = None
-            if not bool(finite):
-                describe_bad_batch(bad_step, bad_batches, bad_loss, tok, master)
-                cleanup(ddp, log_file)
-                raise SystemExit(1)
-
-    last = min(cfg["max_steps"], cfg["stop_at"] or cfg["max_steps"])
-    t_start = time.time()
-    while step < last:
-        if hasattr(objective, "set_step"):         # PALM's two stages switch on the step
-            objective.set_step(step, cfg["max_steps"])
-        lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        # one seed per (step, rank) for the objective's and dropout's randomness: a resumed run replays exactly
-        torch.manual_seed(cfg["seed"] * 100003 + step * world + rank)
-        batches = []
-        for micro in range(cfg["grad_accum"]):
-            examples, data_state = next(stream)
-            batches.append(objective.make_batch(examples, random.Random(f"{cfg['seed']}:{rank}:{step}:{micro}")))
-        check_pending()
-        loss_sum = 0.0
-        for micro, batch in enumerate(batches):
-            n_tokens = batch.n_tokens                  # counted on the CPU copy: no sync
-            pred_frac = int((batch.labels != -100).sum()) / max(1, n_tokens)   # rows that go through the output layer
-            tokens_since += n_tokens
-            flops_since += n_tokens * model.estimate_flops(batch.input_ids.size(1), pred_frac)
-            batch = batch.to(device)
-            sync = micro == cfg["grad_accum"] - 1     # DDP all-reduces gradients on the last micro-step only
-            with (train_model.no_sync() if ddp and not sync else nullcontext()), autocast:
-                loss, metrics = train_model(batch)
-            (loss / cfg["grad_accum"]).backward()
-            loss_sum = loss_sum + loss.detach()
-            for k, v in metrics.items():     # averaged over the micro-steps and steps where each key appears
-                sums[k] = sums.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v)
-                counts[k] = counts.get(k, 0) + 1
-        finite = torch.isfinite(torch.as_tensor(loss_sum, dtype=torch.float32, device=device)).float()
-        if ddp:
-            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        pending = (finite, step, batches, loss_sum)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        bar.update(1)
-
-        if step % cfg["log_interval"] == 0 or step == last:
-            check_pending()
-            dt = time.time() - t_last
-            tok_s = tokens_since * world / dt
-            record = {"step": step, "split": "train", "lr": lr, "tokens_per_s": tok_s,
-                      **{k: float(v) / counts[k] for k, v in sums.items()}}
-            if peak:
-                record["mfu"] = flops_since * world / dt / (peak * world)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}",
-                            **({"mfu": f"{record['mfu']:.1%}"} if peak else {}))
-            log(record)
-            t_last, tokens_since, flops_since, sums, counts = time.time(), 0, 0.0, {}, {}
-            if cfg["time_limit"] and out_of_time(t_start, cfg["time_limit"], ddp):
-                if master:
-                    bar.write(f"time limit of {cfg['time_limit']} min reached at step {step}: stopping")
-                last = step
-        if step % cfg["eval_interval"] == 0 or step == last:
-            check_pending()
-            if master and valid_examples:
-                metrics = evaluate(model, objective, valid_examples, cfg, device, autocast)
-                log({"step": step, "split": "valid", **metrics})
-                bar.write(f"step {step}: valid " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-            t_last = time.time()                       # evaluation time is not training throughput
-        if step % cfg["ckpt_interval"] == 0 or step == last:
-            checkpoint()
-    check_pending()
-    bar.close()
-    if ddp:
-        check_replicas_agree(model, world, master)
-    if master:
-        if objective.skipped:
-            print(f"examples the objective skipped, by reason: {objective.skipped}")
-        print(f"done: {step} steps; checkpoint {ckpt_path}; metrics {out_dir / 'metrics.jsonl'}")
-    cleanup(ddp, log_file)
+        return cfg.lr * (step + 1) / warmup
+    frac = (step - warmup) / max(1, cfg.max_steps - warmup)
+    return cfg.lr * (1 - (1 - cfg.min_lr_frac) * min(1.0, frac))
 
 
 class LossModule(torch.nn.Module):
@@ -466,20 +410,288 @@ class LossModule(torch.nn.Module):
 
     def __init__(self, model, objective):
         super().__init__()
-        self.model, self.objective = model, objective
+        self.model = model
+        self.objective = objective
 
     def forward(self, batch):
         return self.objective.loss(self.model, batch)
 
 
-def out_of_time(t_start, minutes, ddp):
-    """Rank 0's clock decides for everyone (a broadcast), so all ranks stop at the same step."""
-    flag = torch.tensor([float(time.time() - t_start > 60 * minutes)])
-    if ddp:
-        on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-        flag = flag.to(on)
-        dist.broadcast(flag, src=0)
-    return bool(flag.item())
+# ---------------------------------------------------------------------------------------------------------------
+# 7. The loop. Its state lives in one Run; the steps below are plain functions of it.
+
+
+@dataclass
+class Run:
+    cfg: TrainConfig
+    dist: Dist
+    model: torch.nn.Module            # the bare model (what checkpoints hold)
+    train_model: torch.nn.Module      # the same, compiled and/or wrapped for DDP, with the objective's loss
+    objective: object
+    optimizer: torch.optim.Optimizer
+    tok: WordPiece
+    obj_opts: dict
+    splits: dict
+    out_dir: Path
+    step: int = 0
+    data_state: dict = None
+    stream: object = None
+    log_file: object = None
+    bar: object = None
+    stop: str = ""                    # why the loop ends early ("" = it does not)
+    sums: dict = None                 # metrics summed since the last log, and their counts
+    counts: dict = None
+    tokens: int = 0                   # tokens and FLOPs since the last log, for tokens/s and MFU
+    flops: float = 0.0
+    t_last: float = 0.0
+    t_start: float = 0.0
+    first_bad: object = None          # (1,) tensor: the first step whose loss was not finite (no host sync)
+    recent: dict = None               # step -> the CPU batches of the steps since the last check
+
+    @property
+    def ckpt_path(self):
+        return self.out_dir / "ckpt.pt"
+
+
+def build_batches(run):
+    """This step's micro-batches on the CPU: randomness seeded by (seed, rank, step), so a resumed run replays."""
+    cfg = run.cfg
+    run.objective.set_step(run.step, cfg.max_steps)              # PALM's two stages switch on the step
+    batches = []
+    for micro in range(cfg.grad_accum):
+        examples, run.data_state = next(run.stream)
+        rng = random.Random(f"{cfg.seed}:{run.dist.rank}:{run.step}:{micro}")
+        batches.append(run.objective.make_batch(examples, rng))
+    return batches
+
+
+def train_step(run, autocast):
+    """One optimizer step: forward and backward over the micro-batches, clip, AdamW."""
+    cfg, dist_ = run.cfg, run.dist
+    lr = lr_at(run.step, cfg)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    # one seed per (step, rank) for dropout: a resumed run replays exactly
+    torch.manual_seed(cfg.seed * 100003 + run.step * dist_.world + dist_.rank)
+    batches = build_batches(run)
+    loss_sum = 0.0
+    for micro, batch in enumerate(batches):
+        count_work(run, batch)
+        batch = batch.to(dist_.device)
+        # DDP all-reduces gradients on the last micro-step only
+        sync = micro == cfg.grad_accum - 1
+        with (run.train_model.no_sync() if dist_.ddp and not sync else nullcontext()), autocast:
+            loss, metrics = run.train_model(batch)
+        (loss / cfg.grad_accum).backward()
+        loss_sum = loss_sum + loss.detach()
+        add_metrics(run, metrics)
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    # remember the first non-finite step on the device: checked at the next log, no sync here
+    finite = torch.isfinite(torch.as_tensor(loss_sum, dtype=torch.float32, device=dist_.device))
+    run.first_bad = torch.where(finite, run.first_bad, torch.minimum(run.first_bad, torch.tensor(
+        run.step + 1, device=dist_.device)))
+    # what to say about this step if its loss turns out not finite
+    run.recent[run.step + 1] = (tuple(batches[-1].input_ids.shape), batches[-1].input_ids[0, :40].tolist(), loss_sum)
+    run.step += 1
+    run.bar.update(1)
+    return lr
+
+
+def count_work(run, batch):
+    """Tokens and training FLOPs of a batch (counted on its CPU copy: no sync)."""
+    n_tokens = batch.n_tokens
+    # the share of rows that go through the output layer
+    pred_frac = int((batch.labels != -100).sum()) / max(1, n_tokens)
+    run.tokens += n_tokens
+    run.flops += n_tokens * run.model.estimate_flops(batch.input_ids.size(1), pred_frac)
+
+
+def add_metrics(run, metrics):
+    """Sum each metric over the micro-steps and steps where it appears (averaged when logged)."""
+    for k, v in metrics.items():
+        run.sums[k] = run.sums.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v)
+        run.counts[k] = run.counts.get(k, 0) + 1
+
+
+def check_health(run):
+    """At a log step: stop on a non-finite loss (naming its batch), and agree across ranks on stopping."""
+    cfg, dist_ = run.cfg, run.dist
+    out_of_time = cfg.time_limit and time.time() - run.t_start > 60 * cfg.time_limit
+    flags = torch.cat([run.first_bad.float(), torch.tensor([float(bool(STOP_SIGNAL)), float(bool(out_of_time))],
+                                                             device=dist_.device)])
+    if dist_.ddp:
+        flags = flags.to("cpu" if dist.get_backend() == "gloo" else dist_.device)
+        dist.all_reduce(flags[:1], op=dist.ReduceOp.MIN)
+        dist.all_reduce(flags[1:], op=dist.ReduceOp.MAX)
+    bad_step, signalled, timed_out = flags.tolist()
+    if bad_step <= cfg.max_steps:
+        describe_bad_batch(run, int(bad_step))
+        raise SystemExit(1)
+    run.recent = {}
+    if signalled:
+        run.stop = f"stopped by {STOP_SIGNAL[0] if STOP_SIGNAL else 'a signal on another rank'}"
+    elif timed_out:
+        run.stop = f"time limit of {cfg.time_limit} min reached"
+
+
+def describe_bad_batch(run, step):
+    if run.dist.master:
+        shape, first_ids, loss = run.recent.get(step, ("?", [], float("nan")))
+        first = run.tok.decode(first_ids)
+        print(f"\nnon-finite loss {float(loss)} at step {step} (batch of {shape}, first example starts: "
+              f"{first!r}); stopping. The last good checkpoint is kept: {run.ckpt_path}", file=sys.stderr)
+
+
+def log_step(run, lr, peak):
+    """tokens/s, MFU and the mean metrics since the last log: to the bar and to metrics.jsonl."""
+    dt = time.time() - run.t_last
+    world = run.dist.world
+    tok_s = run.tokens * world / dt
+    record = {"step": run.step, "split": "train", "lr": lr, "tokens_per_s": tok_s,
+              **{k: float(v) / run.counts[k] for k, v in run.sums.items()}}
+    if peak:
+        record["mfu"] = run.flops / dt / peak
+    shown = {"lr": f"{lr:.1e}", "tok_s": f"{tok_s:,.0f}"}
+    if "loss" in record:
+        shown["loss"] = f"{record['loss']:.3f}"
+    if peak:
+        shown["mfu"] = f"{record['mfu']:.1%}"
+    run.bar.set_postfix(**shown)
+    write_record(run, record)
+    run.sums, run.counts, run.tokens, run.flops = {}, {}, 0, 0.0
+    run.t_last = time.time()
+
+
+def write_record(run, record):
+    if run.log_file:
+        run.log_file.write(json.dumps(record) + "\n")
+        run.log_file.flush()
+
+
+@torch.no_grad()
+def evaluate(model, objective, examples, cfg, device, autocast):
+    """Mean metrics over the first eval_batches batches of the held-out split (fixed order and randomness)."""
+    model.eval()
+    sums, counts = {}, {}
+    batches = data.batches(examples, cfg.batch_size, seed=0, epoch=0, drop_last=False)
+    for k, examples_k in zip(range(cfg.eval_batches), batches):
+        batch = objective.make_batch(examples_k, random.Random(f"eval:{k}"))
+        if len(batch) == 0:
+            continue
+        with autocast:
+            _, metrics = objective.loss(model, batch.to(device))
+        for key, v in metrics.items():
+            v = float(v)
+            if math.isfinite(v):
+                sums[key] = sums.get(key, 0.0) + v
+                counts[key] = counts.get(key, 0) + 1
+    model.train()
+    return {k: v / counts[k] for k, v in sums.items()}
+
+
+def evaluate_step(run, autocast):
+    if run.dist.master and run.splits["valid"]:
+        metrics = evaluate(run.model, run.objective, run.splits["valid"], run.cfg, run.dist.device, autocast)
+        write_record(run, {"step": run.step, "split": "valid", **metrics})
+        run.bar.write(f"step {run.step}: valid " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    run.t_last = time.time()          # evaluation time is not training throughput
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 8. Checkpoints, and the end of a run
+
+
+def checkpoint(run, model_cfg):
+    """Every rank's data position, then rank 0 writes atomically (a collective: every rank takes part)."""
+    states = [run.data_state]
+    if run.dist.ddp:
+        states = [None] * run.dist.world
+        dist.all_gather_object(states, run.data_state)
+    if run.dist.master:
+        save_checkpoint(run.ckpt_path, dict(
+            model=run.model.state_dict(), model_config=model_cfg.to_dict(), vocab=run.tok.vocab,
+            lowercase=run.tok.lowercase, objective=run.cfg.objective, objective_options=run.obj_opts,
+            task=run.cfg.task, train_config=asdict(run.cfg), optimizer=run.optimizer.state_dict(),
+            step=run.step, data_state=states, world=run.dist.world,
+            rng=dict(python=random.getstate(), torch=torch.get_rng_state())))
+
+
+def open_metrics(run, ckpt_step):
+    """metrics.jsonl: a fresh run starts it; a resumed one keeps the records up to its checkpoint, then appends."""
+    path = run.out_dir / "metrics.jsonl"
+    if run.cfg.resume and path.exists():
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= ckpt_step]
+        atomic_write(path, "".join(line + "\n" for line in kept))
+        return open(path, "a", encoding="utf-8")
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8")
+
+
+# Ctrl-C (SIGINT) and SIGTERM ask the loop to stop at the next log step, after a checkpoint; a second one stops at
+# once (the last checkpoint is kept: they are written atomically).
+STOP_SIGNAL = []
+
+
+def request_stop(signum, frame):
+    if STOP_SIGNAL:
+        raise KeyboardInterrupt
+    STOP_SIGNAL.append(signal.Signals(signum).name)
+
+
+def resume_command(run):
+    launcher = f"torchrun --nproc_per_node {run.dist.world} train.py" if run.dist.ddp else "python train.py"
+    return f"{launcher} --resume --out_dir {run.out_dir}"
+
+
+def next_command(run):
+    """What to try after a run: fine-tune a pre-trained model, or generate with a fine-tuned one."""
+    if run.cfg.task == "pretrain":
+        return (f"python train.py --objective {run.cfg.objective} --task seq2seq --init_from {run.ckpt_path} "
+                "--max_steps 300")
+    return (f"python data.py export --out docsum && python generate.py --ckpt {run.ckpt_path} "
+            "--input docsum/test.src --output docsum/test.hyp")
+
+
+def loop(run, model_cfg, autocast):
+    """Steps until max_steps, --stop_at, a stop request or the time limit; a checkpoint at every interval and at
+    the end. Log, evaluation and checkpoint steps come in that order after a step."""
+    cfg = run.cfg
+    peak = M.peak_flops(run.dist.device)
+    last = min(cfg.max_steps, cfg.stop_at or cfg.max_steps)
+    while run.step < last and not run.stop:
+        lr = train_step(run, autocast)
+        due = {k: run.step % getattr(cfg, f"{k}_interval") == 0 for k in ("log", "eval", "ckpt")}
+        if not (any(due.values()) or run.step == last):
+            continue
+        # one host sync: was every loss finite, and does any rank ask to stop?
+        check_health(run)
+        end = run.step == last or bool(run.stop)
+        if due["log"] or end:
+            log_step(run, lr, peak)
+        if due["eval"] or end:
+            evaluate_step(run, autocast)
+        if due["ckpt"] or end:
+            checkpoint(run, model_cfg)
+
+
+def finish(run):
+    """The last words: where the checkpoint is, and what to run next (or how to resume)."""
+    if run.dist.ddp:
+        check_replicas_agree(run.model, run.dist.world, run.dist.master)
+    if not run.dist.master:
+        return
+    if run.objective.skipped:
+        print(f"examples the objective skipped, by reason: {run.objective.skipped}")
+    print(f"{run.stop or 'done'}: {run.step} of {run.cfg.max_steps} steps; checkpoint {run.ckpt_path}; "
+          f"metrics {run.out_dir / 'metrics.jsonl'}")
+    if run.step < run.cfg.max_steps:
+        print(f"continue with: {resume_command(run)}")
+    else:
+        print(f"next: {next_command(run)}")
 
 
 def check_replicas_agree(model, world, master):
@@ -495,29 +707,102 @@ def check_replicas_agree(model, world, master):
             raise SystemExit("DDP replicas diverged")
 
 
-def all_data_states(state, ddp, world):
-    """Every rank's position in its data stream (rank 0 writes them all into the checkpoint)."""
-    if not ddp:
-        return [state]
-    states = [None] * world
-    dist.all_gather_object(states, state)
-    return states
+# ---------------------------------------------------------------------------------------------------------------
+# The run, phase by phase
 
 
-def describe_bad_batch(step, batches, loss, tok, master):
-    if master:
-        b = batches[-1]      # on the CPU
-        first = tok.decode(b.input_ids[0, :40].tolist())
-        print(f"\nnon-finite loss {float(loss)} at step {step + 1} (batch of {tuple(b.input_ids.shape)}, "
-              f"first example starts: {first!r}); stopping. The last good checkpoint is kept.", file=sys.stderr)
+def main(argv):
+    # 1. settings: parsed and checked before anything is read or written
+    if "--help" in argv or "-h" in argv:
+        raw = split_argv([a for a in argv if a not in ("--help", "-h")])
+        print(help_text(raw.get("objective") or TrainConfig.objective))
+        return
+    cfg, model_flags, obj_flags, given = parse_args(argv)
+    check_settings(cfg, given)
+    # 2. distributed set-up
+    dist_ = setup_distributed(cfg.device)
+    if dist_.device.type == "cuda" and "OMP_NUM_THREADS" not in os.environ:
+        # the CPU only builds batches here: a few threads do it, and several processes x all cores thrash
+        torch.set_num_threads(min(4, torch.get_num_threads()))
+    torch.manual_seed(cfg.seed)
+    # 3. start point
+    ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given)
+    if ckpt is not None and cfg.resume and ckpt.get("world", 1) != dist_.world:
+        raise UsageError(f"the run was trained on {ckpt.get('world', 1)} process(es); resume it on as many")
+    model_dict = model_settings(cfg, model_flags, ckpt)
+    resolve_defaults(cfg, model_dict)
+    # 4. data
+    tok, splits, info = prepare_data(cfg, obj_opts, starting_tokenizer(cfg, ckpt), dist_)
+    # 5. model
+    model, objective = build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_)
+    # 6. optimizer
+    optimizer = make_optimizer(model, cfg, dist_.device)
+    if data.num_batches(len(splits["train"]), cfg.batch_size, dist_.world) == 0:
+        raise UsageError(f"{len(splits['train'])} training examples are too few for --batch_size {cfg.batch_size} "
+                         f"on {dist_.world} process(es)")
+    run = start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ckpt)
+    del ckpt
+    # 7. the loop, interruptible: Ctrl-C or SIGTERM end it cleanly with a checkpoint
+    describe(run, info)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dist_.device.type == "cuda" else nullcontext()
+    handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        loop(run, model.config, autocast)
+        # 8. the end
+        finish(run)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        STOP_SIGNAL.clear()
+        cleanup(run)
 
 
-def cleanup(ddp, log_file):
-    if log_file:
-        log_file.close()
-    if ddp:
+def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ckpt):
+    """The loop's state: where the data stream and the step counter start, the log file, the progress bar."""
+    step, data_state = 0, None
+    if cfg.resume:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        step, data_state = ckpt["step"], ckpt["data_state"][dist_.rank]
+    train_model = LossModule(torch.compile(model) if cfg.compile else model, objective)
+    if dist_.ddp:
+        # find_unused_parameters: some heads sit out some batches (NSP outside UniLM's bidirectional LM, PALM's
+        # copy head in stage 1)
+        device_ids = [dist_.device] if dist_.device.type == "cuda" else None
+        train_model = torch.nn.parallel.DistributedDataParallel(train_model, device_ids=device_ids,
+                                                                find_unused_parameters=True)
+    run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, obj_opts, splits, out_dir_of(cfg),
+              step=step, data_state=data_state, sums={}, counts={}, recent={})
+    run.stream = data.infinite_batches(splits["train"], cfg.batch_size, cfg.seed, dist_.rank, dist_.world,
+                                       state=data_state)
+    run.first_bad = torch.tensor([cfg.max_steps + 1], device=dist_.device)
+    if dist_.master:
+        run.log_file = open_metrics(run, step)
+    show = dist_.master and cfg.progress
+    run.bar = tqdm(total=cfg.max_steps, initial=step, disable=not show, dynamic_ncols=True)
+    run.t_start = run.t_last = time.time()
+    return run
+
+
+def describe(run, info):
+    if run.dist.master:
+        cfg, m = run.cfg, run.model
+        n_all, n_body = sum(p.numel() for p in m.parameters()), m.num_params()
+        print(f"unigen | {cfg.objective} / {cfg.task} | {m.config.n_layer} layers, {m.config.n_embd} wide, "
+              f"{n_body / 1e6:.2f}M parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings) | vocab "
+              f"{len(run.tok)} | {run.dist.world} process(es) on {run.dist.device} | data: {info}")
+
+
+def cleanup(run):
+    if run.bar is not None:
+        run.bar.close()
+    if run.log_file:
+        run.log_file.close()
+    if run.dist.ddp:
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except UsageError as e:
+        exit_with_error("train.py", e)

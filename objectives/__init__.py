@@ -1,13 +1,25 @@
 """Pre-training objectives: each one only builds (tokens, positions, segments, attention mask, targets).
 
     from objectives import get_objective
-    obj = get_objective("pmlm", tokenizer, task="pretrain")      # unilm | pmlm | ernie_gen | palm
+    obj = get_objective("pmlm", tokenizer, task="pretrain")      # unilm | pmlm | ernie_gen | palm | mass
     batch = obj.make_batch(examples, random.Random(0))           # -> Batch
     loss, metrics = obj.loss(model, batch)
 
-A pretrain example is one contiguous passage of a document: a list of sentences, each a list of token ids
-(data.make_passages). A seq2seq example is (src_ids, tgt_ids). The objective decides how to cut, corrupt and
-mask; the backbone (model.Transformer) never knows which paper it serves.
+Every objective has the same shape, so reading one teaches the others:
+
+    pretrain_example(passage, rng)      one passage (a list of sentences of token ids) -> Example or None
+    seq2seq_example(src, tgt, rng)      one (source ids, target ids) pair -> Example or None
+    make_batch(examples, rng)           the examples -> Examples -> collate -> Batch   (shared, in this file)
+    compute_loss(model, batch)          one forward pass -> (loss, metrics)            (loss() wraps it)
+    options                             declared as class attributes: `mask_prob = option(0.15, "...")`
+    set_step(step, total_steps)         a hook train.py calls before every batch (PALM's two stages)
+
+An Example is one sequence as per-token lists: input_ids, position_ids, segment_ids, labels (-100 = no loss) and
+the mask's description, kind and block (objectives/masks.py): the attention mask is never stored, it is ONE
+rule applied to those two vectors wherever the batch is (masks.attention_mask). `collate` pads Examples into a
+Batch. An Example returned as None was skipped (too short, say) and is counted in `objective.skipped`; a batch
+whose examples were ALL skipped is empty (zero rows), and its loss is a zero that still touches every parameter
+(so DDP, which expects a gradient for every parameter, keeps going): the one policy for every objective.
 
 Seq2seq layout shared by every objective (fine-tuning and generate.py's decoding loop rely on it):
     [SOS] src [EOS] | target part          source positions 0..S-1, target positions S, S+1, ...
@@ -21,52 +33,204 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from objectives import masks
+from objectives.masks import CTX, PAD
+
+# ---------------------------------------------------------------------------------------------------------------
+# What an objective produces: Examples, then a Batch
+
+
+@dataclass
+class Example:
+    """One sequence on its way to a batch: per-token lists of one length, and per-example extras."""
+    input_ids: list
+    position_ids: list            # explicit: pseudo and [ATTN] tokens reuse the position of their token
+    segment_ids: list
+    labels: list                  # the token to predict at this row, -100 = none
+    kind: list                    # masks.CTX / ORIG / PSEUDO / SPAN: the mask's description ...
+    block: list                   # ... and the factorization step of each token (masks.may_attend)
+    extras: dict = field(default_factory=dict)    # per-example numbers, stacked by collate (UniLM's NSP label)
+
+    def __len__(self):
+        return len(self.input_ids)
+
 
 @dataclass
 class Batch:
+    """Examples padded to (B, L). The attention mask is built from kind and block where the batch is.
+
+    extras, every key any objective uses (one place to look them up):
+        lm_type       UniLM: index in unilm.LM_TYPES of the LM drawn for this batch (an int)
+        nsp_labels    UniLM: (B,) 0 = S2 follows S1, 1 = S2 is from another passage (bidirectional LM only)
+        stage         PALM: 1 (MLM on the context) or 2 (continuation + copy) (an int)
+        source_width  PALM: S, the width every example's context part is padded to (continuations start at S)
+    """
     input_ids: torch.Tensor       # (B, L) long
-    position_ids: torch.Tensor    # (B, L) long, explicit: pseudo / [ATTN] tokens reuse positions
+    position_ids: torch.Tensor    # (B, L) long
     segment_ids: torch.Tensor     # (B, L) long
-    attn_mask: torch.Tensor       # (B, L, L) bool, True = query i may attend key j
     labels: torch.Tensor          # (B, L) long, -100 = no loss at this row
-    extras: dict = field(default_factory=dict)   # what one objective needs more (NSP labels, copy sources, ...)
+    kind: torch.Tensor            # (B, L) long, masks.PAD at padding
+    block: torch.Tensor           # (B, L) long
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def attn_mask(self):
+        """(B, L, L) bool, True = query i may attend key j: the one rule of objectives/masks.py."""
+        return masks.attention_mask(self.kind, self.block)
 
     def to(self, device):
         move = lambda t: t.to(device, non_blocking=True) if torch.is_tensor(t) else t
-        return Batch(*(move(getattr(self, k)) for k in ("input_ids", "position_ids", "segment_ids", "attn_mask",
-                                                         "labels")), {k: move(v) for k, v in self.extras.items()})
+        names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
+        return Batch(*(move(getattr(self, k)) for k in names), {k: move(v) for k, v in self.extras.items()})
+
+    def __len__(self):
+        return self.input_ids.size(0)
 
     @property
     def n_tokens(self):
         """Real (non-padding) rows the model processes: what throughput and FLOPs count."""
-        return int(self.attn_mask.any(-1).sum())
+        return int((self.kind != PAD).sum())
+
+
+def pad(seqs, value, length=None):
+    """List of lists -> (B, length) long tensor, right-padded with value."""
+    length = length or max((len(s) for s in seqs), default=0)
+    out = torch.full((len(seqs), length), value, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        out[b, :len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+def leading_context(example):
+    """How many tokens at the start of an example are context (CTX): its source part."""
+    n = 0
+    while n < len(example) and example.kind[n] == CTX:
+        n += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Options: declared on the objective's class, so a reader finds them, and train.py makes each a --flag
+
+
+class Option:
+    """An objective's setting: a default and a one-line description (train.py --help prints it)."""
+
+    def __init__(self, default, help):
+        self.default = default
+        self.help = help
+
+
+def option(default, help):
+    return Option(default, help)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The interface train.py, generate.py and evaluate.py call
 
 
 class Objective:
-    """Base class: the interface train.py, generate.py and evaluate.py call."""
+    """Base class: the one shape of every objective (see the module docstring)."""
 
     name = None
     query_token = None            # "[MASK]" | "[P]" | "[ATTN]" | None (next-token prediction)
     segments = (0, 1)             # segment ids of (source, target) in seq2seq fine-tuning and decoding
-    options = {}                  # the objective's own options and their defaults (train.py makes them --flags)
-    model_defaults = {}           # ModelConfig fields it needs (pmlm: relative position bias; palm: the copy head)
+    model_defaults = {}           # ModelConfig fields it needs (pmlm: relative position bias; palm: copy head)
+    align_source = False          # collate pads every example's context part to one width (PALM's layout)
+    n_segments = 2                # segment ids used: the model needs ModelConfig.n_segment >= this
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
         if task not in ("pretrain", "seq2seq"):
             raise ValueError(f"task must be 'pretrain' or 'seq2seq', got {task!r}")
-        self.tok, self.task, self.max_len, self.label_smoothing = tokenizer, task, max_len, label_smoothing
-        self.skipped = {}         # reason -> count of examples the objective could not use (reported by train.py)
-        unknown = sorted(set(options) - set(self.options))
+        self.tok = tokenizer
+        self.task = task
+        self.max_len = max_len
+        self.label_smoothing = label_smoothing
+        self.skipped = {}         # reason -> count of examples the objective could not use (train.py reports it)
+        table = self.option_table()
+        unknown = sorted(set(options) - set(table))
         if unknown:
-            raise ValueError(f"objectives/{self.name}.py: unknown option(s) {unknown}; known: {sorted(self.options)}")
-        self.opts = {**self.options, **options}
-        for k, v in self.opts.items():          # each option is also an attribute: self.mask_prob, ...
-            setattr(self, k, v)
+            raise ValueError(f"objectives/{self.name}.py: unknown option(s) {unknown}; known: {sorted(table)}")
+        # each option becomes an instance attribute: self.mask_prob, ...
+        for key, opt in table.items():
+            setattr(self, key, options.get(key, opt.default))
+        self.check_options()
 
-    def make_batch(self, examples, rng):
+    @classmethod
+    def option_table(cls):
+        """{name: Option} of every option declared on the class and its bases."""
+        table = {}
+        for klass in reversed(cls.__mro__):
+            table.update({k: v for k, v in vars(klass).items() if isinstance(v, Option)})
+        return table
+
+    @property
+    def opts(self):
+        """The current option values, by name (what train.py stores in a checkpoint)."""
+        return {key: getattr(self, key) for key in self.option_table()}
+
+    # --- hooks a subclass may define ----------------------------------------------------------------------------
+
+    def check_options(self):
+        """Raise ValueError for an option value that makes no sense (called at the end of __init__)."""
+
+    def set_step(self, step, total_steps):
+        """train.py calls this before building the batch of step `step` (0-based) of `total_steps`."""
+
+    # --- examples -> batch --------------------------------------------------------------------------------------
+
+    def pretrain_example(self, passage, rng):
         raise NotImplementedError
 
+    def seq2seq_example(self, src, tgt, rng):
+        raise NotImplementedError
+
+    def make_batch(self, examples, rng):
+        """Pretrain passages or seq2seq (src, tgt) pairs -> Batch (skipped examples left out)."""
+        if self.task == "seq2seq":
+            rows = [self.seq2seq_example(src, tgt, rng) for src, tgt in examples]
+        else:
+            rows = [self.pretrain_example(passage, rng) for passage in examples]
+        return self.collate([row for row in rows if row is not None])
+
+    def collate(self, rows, **batch_extras):
+        """Examples -> Batch: right-padded (or, with align_source, context and rest padded apart).
+
+        Padding is PAD kind (the rule hides it), pad_id, position 0 and label -100. Per-example extras are
+        stacked into (B,) tensors; batch_extras are stored as they are.
+        """
+        extras = dict(batch_extras)
+        keys = rows[0].extras if rows else {}
+        extras.update({k: torch.tensor([row.extras[k] for row in rows]) for k in keys})
+        if self.align_source and rows:
+            S = max(leading_context(row) for row in rows)
+            extras["source_width"] = S
+            rows = [self._aligned(row, S) for row in rows]
+        L = max((len(row) for row in rows), default=0)
+        column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)
+        return Batch(column("input_ids", self.tok.pad_id), column("position_ids", 0),
+                     column("segment_ids", self.segments[1] if self.align_source else 0),
+                     column("labels", -100), column("kind", PAD), column("block", 0), extras)
+
+    def _aligned(self, row, S):
+        """Insert padding after the context part so that it is S tokens wide (the rest starts at S)."""
+        n = leading_context(row)
+        gap = S - n
+        cut = lambda values, fill: values[:n] + [fill] * gap + values[n:]
+        return Example(cut(row.input_ids, self.tok.pad_id), cut(row.position_ids, 0),
+                       cut(row.segment_ids, self.segments[0]), cut(row.labels, -100), cut(row.kind, PAD),
+                       cut(row.block, 0), row.extras)
+
+    # --- the loss -----------------------------------------------------------------------------------------------
+
     def loss(self, model, batch):
+        """(loss, metrics) for a batch; an empty batch gives a zero that touches every parameter (DDP)."""
+        if len(batch) == 0:
+            zero = sum(p.sum() for p in model.parameters()) * 0.0
+            return zero, {"loss": zero.detach()}
+        return self.compute_loss(model, batch)
+
+    def compute_loss(self, model, batch):
         raise NotImplementedError
 
     def decode_logprobs(self, model, h, source):
@@ -81,16 +245,8 @@ class Objective:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
 
-# --- helpers shared by the objectives ---------------------------------------------------------------------------
-
-
-def pad(seqs, value, length=None):
-    """List of lists -> (B, length) long tensor, right-padded with value."""
-    length = length or max(len(s) for s in seqs)
-    out = torch.full((len(seqs), length), value, dtype=torch.long)
-    for b, s in enumerate(seqs):
-        out[b, :len(s)] = torch.as_tensor(s, dtype=torch.long)
-    return out
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers shared by the objectives
 
 
 def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
@@ -104,9 +260,29 @@ def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
 
 
 def random_token(tokenizer, rng):
-    """A uniformly random non-special vocabulary id."""
-    n_special = max(tokenizer.special_ids) + 1
-    return rng.randrange(n_special, len(tokenizer))
+    """A uniformly random ordinary id: after the special tokens at the head of the vocabulary (unigen's 7; a BERT
+    vocab.txt's ids up to [MASK], its [unusedN] slots never drawn) and before any special token appended at its end."""
+    hi = len(tokenizer)
+    while hi - 1 in tokenizer.special_ids:
+        hi -= 1
+    lo = max(i for i in tokenizer.special_ids if i < hi) + 1
+    return rng.randrange(lo, hi)
+
+
+def cut_segments(sentences, rng):
+    """A passage (non-empty sentences) -> (S1, S2) token lists, cut at a uniformly random sentence boundary.
+
+    One sentence is cut inside, at a uniformly random token boundary (so short documents stay in play); a
+    one-token passage gives ([token], []). UniLM (2.3) and UniLMv2 (2.2) cut their "[SOS] S1 [EOS] S2 [EOS]" here.
+    """
+    if len(sentences) >= 2:
+        k = rng.randint(1, len(sentences) - 1)
+        return [t for s in sentences[:k] for t in s], [t for s in sentences[k:] for t in s]
+    s = sentences[0]
+    if len(s) == 1:
+        return list(s), []
+    k = rng.randint(1, len(s) - 1)
+    return s[:k], s[k:]
 
 
 def lm_loss(model, h, labels, label_smoothing=0.0):
@@ -139,9 +315,13 @@ def warn_once(message):
 OBJECTIVES = {"unilm": "unilm", "pmlm": "pmlm", "ernie_gen": "ernie_gen", "palm": "palm"}
 
 
-def get_objective(name, tokenizer, task="pretrain", **options) -> Objective:
-    """name in unilm | pmlm | ernie_gen | palm; task in pretrain | seq2seq; options go to the objective."""
+def objective_class(name):
+    """The Objective subclass registered as `name` (its options, model_defaults, ...), without building one."""
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}")
-    module = importlib.import_module(f"objectives.{OBJECTIVES[name]}")
-    return module.OBJECTIVE(tokenizer, task=task, **options)
+    return importlib.import_module(f"objectives.{OBJECTIVES[name]}").OBJECTIVE
+
+
+def get_objective(name, tokenizer, task="pretrain", **options) -> Objective:
+    """name in unilm | pmlm | ernie_gen | palm | mass; task in pretrain | seq2seq; options go to the objective."""
+    return objective_class(name)(tokenizer, task=task, **options)

@@ -57,8 +57,9 @@ from collections import Counter
 
 from tqdm import tqdm
 
-from objectives import Batch, Objective, lm_loss, pad, random_token, warn_once
-from objectives.masks import CTX, ORIG, PAD, PSEUDO, SPAN, multi_flow
+from objectives import Example, Objective, lm_loss, option, random_token, warn_once
+from objectives.masks import CTX, ORIG, PSEUDO, SPAN
+from utils import atomic_write
 
 LENGTH_DISTRIBUTIONS = ((0.4, (1, 4)), (0.6, (4, 32)))      # D = {U(1,4), U(4,32)} with p 0.4 / 0.6 (3.1)
 T_CRITICAL = 2.576                                           # one-sided t-test at alpha = 0.005
@@ -145,10 +146,9 @@ def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, mi
     text = lambda g: " ".join(tokenizer.id_to_token(i) for x in g for i in words[x])
     if cache_path:                                          # JSON with one n-gram a line: [pieces, t, count]
         ngram_lines = ",\n".join(json.dumps([text(g), t, c]) for t, c, g in rows)
-        tmp = f"{cache_path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(f'{{"settings": {json.dumps(settings)}, "words": {n_words}, "ngrams": [\n{ngram_lines}\n]}}\n')
-        os.replace(tmp, cache_path)                         # atomic: a crash never leaves half a file
+        # atomic: a crash never leaves half a file
+        atomic_write(cache_path, f'{{"settings": {json.dumps(settings)}, "words": {n_words}, '
+                                 f'"ngrams": [\n{ngram_lines}\n]}}\n')
     return SpanVocab(tuple(words[x] for x in g) for _, _, g in rows)
 
 
@@ -174,23 +174,31 @@ class ErnieGenObjective(Objective):
     name = "ernie_gen"
     query_token = "[ATTN]"        # infilling decoding (3.4): [ATTN] at the next position, dropped after each step
     segments = (0, 1)
-    options = dict(gamma=0.25, rho_p=0.05, rho_f=0.7, lam_pretrain=0.5, lam_finetune=1.0, span_vocab=None)
 
-    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
-        opts = self.opts
+    gamma = option(0.25, "share of a passage's tokens that go into the target fragments (3.1: 25%)")
+    rho_p = option(0.05, "pre-training noise: share of target tokens replaced by random ones (4.1: 0.05)")
+    rho_f = option(0.7, "fine-tuning noise rate (Table 1: 0.7 SQuAD QG / CNN-DM, 0.5 Gigaword base)")
+    lam_pretrain = option(0.5, "Eq. 7 weight lambda of the word flow in pre-training (span flow: 1 - lambda)")
+    lam_finetune = option(1.0, "Eq. 7 lambda in fine-tuning (1.0: word flow only)")
+    span_vocab = option(None, "the t-test span vocabulary (a build_span_vocab JSON file); train.py builds one")
+
+    def check_options(self):
         for k in ("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune"):
-            if not 0.0 <= float(opts[k]) <= 1.0:
-                raise ValueError(f"objectives/ernie_gen.py: {k}={opts[k]} must lie in [0, 1]")
-        if max_len < 3:
-            raise ValueError(f"objectives/ernie_gen.py: max_len={max_len} cannot hold [SOS] [EOS] [EOS]")
-        self.gamma = float(opts["gamma"])
-        self.rho = float(opts["rho_p"] if task == "pretrain" else opts["rho_f"])           # noising rate (3.2)
-        self.lam = float(opts["lam_pretrain"] if task == "pretrain" else opts["lam_finetune"])  # Eq. 7
-        vocab = opts["span_vocab"]
-        self.span_vocab = load_span_vocab(vocab, tokenizer) if isinstance(vocab, (str, os.PathLike)) else vocab
-        self.continuation = continuation_ids(tokenizer)
-        if self.lam < 1 and self.span_vocab is None:
+            if not 0.0 <= float(getattr(self, k)) <= 1.0:
+                raise ValueError(f"objectives/ernie_gen.py: {k}={getattr(self, k)} must lie in [0, 1]")
+        if self.max_len < 3:
+            raise ValueError(f"objectives/ernie_gen.py: max_len={self.max_len} cannot hold [SOS] [EOS] [EOS]")
+        pretrain = self.task == "pretrain"
+        # the noising rate rho (3.2) and Eq. 7's lambda of this task
+        self.rho = float(self.rho_p if pretrain else self.rho_f)
+        self.lam = float(self.lam_pretrain if pretrain else self.lam_finetune)
+        vocab = self.span_vocab
+        if isinstance(vocab, (str, os.PathLike)):
+            self.spans_table = load_span_vocab(vocab, self.tok)
+        else:
+            self.spans_table = vocab
+        self.continuation = continuation_ids(self.tok)
+        if self.lam < 1 and self.spans_table is None:
             warn_once("ernie_gen: no span vocabulary given (option span_vocab); the span flow treats every word "
                       "as a span")
 
@@ -224,8 +232,10 @@ class ErnieGenObjective(Objective):
     def spans(self, ids):
         """Span ranges [(b, e)] covering ids (one fragment): greedy V_span lookup of whole words (3.3)."""
         words = word_ranges(ids, self.continuation)
-        sizes = (self.span_vocab.segment([tuple(ids[a:b]) for a, b in words]) if self.span_vocab is not None
-                 else [1] * len(words))                     # fallback: every word is a span
+        if self.spans_table is not None:
+            sizes = self.spans_table.segment([tuple(ids[a:b]) for a, b in words])
+        else:
+            sizes = [1] * len(words)                        # fallback: every word is a span
         out, w = [], 0
         for n in sizes:
             out.append((words[w][0], words[w + n - 1][1]))
@@ -234,20 +244,24 @@ class ErnieGenObjective(Objective):
 
     # -- building examples ------------------------------------------------------------------------------------
     def layout(self, src_ids, src_pos, tgt_ids, tgt_pos, spans, rng):
-        """One example [S'; T'; A_W; A_S] as lists; spans are 0-based target ranges [(b, e)] covering T."""
+        """One Example [S'; T'; A_W; A_S]; spans are 0-based target ranges [(b, e)] covering T."""
         S, m, attn = len(src_ids), len(tgt_ids), self.tok.attn_id
         noised = [random_token(self.tok, rng) if rng.random() < self.rho else t for t in tgt_ids]   # T' (3.2)
         seg_s, seg_t = self.segments
-        ex = dict(ids=src_ids + noised + [attn] * m, pos=src_pos + tgt_pos + tgt_pos, seg=[seg_s] * S + [seg_t] * 2 * m,
-                  kind=[CTX] * S + [ORIG] * m + [PSEUDO] * m, block=[0] * S + 2 * list(range(1, m + 1)),
-                  labels=[-100] * (S + m) + tgt_ids)        # labels: the clean T
+        steps = list(range(1, m + 1))
+        ex = Example(input_ids=src_ids + noised + [attn] * m,
+                     position_ids=src_pos + tgt_pos + tgt_pos,
+                     segment_ids=[seg_s] * S + [seg_t] * 2 * m,
+                     labels=[-100] * (S + m) + tgt_ids,       # labels: the clean T
+                     kind=[CTX] * S + [ORIG] * m + [PSEUDO] * m,
+                     block=[0] * S + steps + steps)
         if self.lam < 1:                                    # span-by-span flow: [ATTN]_j carries its span's start
-            ex["ids"] += [attn] * m
-            ex["pos"] += tgt_pos
-            ex["seg"] += [seg_t] * m
-            ex["kind"] += [SPAN] * m
-            ex["block"] += [b + 1 for b, e in spans for _ in range(b, e)]
-            ex["labels"] += tgt_ids
+            ex.input_ids += [attn] * m
+            ex.position_ids += tgt_pos
+            ex.segment_ids += [seg_t] * m
+            ex.kind += [SPAN] * m
+            ex.block += [b + 1 for b, e in spans for _ in range(b, e)]
+            ex.labels += tgt_ids
         return ex
 
     def pretrain_example(self, passage, rng):
@@ -287,24 +301,10 @@ class ErnieGenObjective(Objective):
         return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), tgt + [self.tok.eos_id],
                            list(range(S, S + m)), spans, rng)
 
-    def collate(self, examples):
-        examples = [e for e in examples if e is not None]
-        if not examples:                                    # all skipped: one padding row, no loss, no crash
-            examples = [dict(ids=[self.tok.pad_id], pos=[0], seg=[0], kind=[PAD], block=[0], labels=[-100])]
-        kind, block = pad([e["kind"] for e in examples], PAD), pad([e["block"] for e in examples], 0)
-        return Batch(pad([e["ids"] for e in examples], self.tok.pad_id), pad([e["pos"] for e in examples], 0),
-                     pad([e["seg"] for e in examples], 0), multi_flow(kind, block),
-                     pad([e["labels"] for e in examples], -100), {"kind": kind, "block": block})
-
-    def make_batch(self, examples, rng):
-        if self.task == "pretrain":
-            return self.collate([self.pretrain_example(p, rng) for p in examples])
-        return self.collate([self.seq2seq_example(src, tgt, rng) for src, tgt in examples])
-
     # -- Eq. 7 -------------------------------------------------------------------------------------------------
-    def loss(self, model, batch):
+    def compute_loss(self, model, batch):
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)  # all flows (Eq. 5)
-        kind = batch.extras["kind"]
+        kind = batch.kind
         loss_w, acc_w = lm_loss(model, h, batch.labels.masked_fill(kind != PSEUDO, -100), self.label_smoothing)
         metrics, loss = {"loss_word": loss_w.detach(), "acc_word": acc_w}, loss_w
         if self.lam < 1:

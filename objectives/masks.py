@@ -1,18 +1,69 @@
 """Self-attention masks: the whole difference between the four papers' language models.
 
-Every builder is a pure function of lengths or per-token index tensors and returns a boolean tensor
-(B, L, L) with True = "query i may attend key j". Padding keys are False; a padding query row is all False
-(the model lets such rows see themselves so softmax stays finite; they carry no loss).
+Every mask is a boolean tensor (B, L, L) with True = "query i may attend key j". Padding keys are False; a
+padding query row is all False (the model lets such rows see themselves so softmax stays finite; they carry no
+loss). In the pictures below rows are queries, columns keys, `1` = may attend.
 
-In the pictures below rows are queries, columns keys, `1` = may attend.
+ONE rule makes every mask of the project (`may_attend`), from two per-token vectors a Batch carries:
 
-UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq
-UniLMv2 (section 3.2, Figure 5):     pseudo_masked (pre-training and its seq2seq fine-tuning, section 3.4)
+    kind   what the token is:  CTX    context: the text every query may see (source, unmasked text, [M] slots)
+                               ORIG   a token of a left-to-right factorization: sees what came before it
+                               PSEUDO a query token ([P], word-flow [ATTN]) predicting the ORIG of its block
+                               SPAN   a span-flow [ATTN] (ERNIE-GEN): sees what came before its span
+                               PAD    padding
+    block  the factorization step of ORIG / PSEUDO / SPAN tokens (1, 2, ...); ignored for CTX and PAD
+
+    a CTX query     sees  CTX
+    an ORIG query   sees  CTX + ORIG of blocks <= its own                      (the text so far)
+    a PSEUDO query  sees  CTX + ORIG of blocks <  its own + PSEUDO of its own block
+    a SPAN query    sees  CTX + ORIG of blocks <  its own + itself
+
+Because the rule reads only per-token vectors, a mask never has to be materialised on the CPU: `attention_mask`
+builds the dense (B, L, L) tensor wherever kind and block are (the GPU, for the naive and SDPA paths) and the
+FlexAttention path calls `may_attend` on single (query, key) pairs inside its kernel (model.py). The papers' masks
+are this rule with the right kinds and blocks; the builders below write each one out the way its paper draws it,
+and the tests hold every one equal to the rule:
+
+UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq (from lengths)
+UniLMv2 (section 3.2, Figure 5):     pseudo_masked
 ERNIE-GEN (section 3.3, Figure 3d):  multi_flow (contextual, word-by-word and span-by-span flows in one mask)
 PALM (section 2.1):                  seq2seq (context bidirectional = encoder, continuation causal = decoder)
 """
 import torch
 
+# token kinds (the `kind` vector of a Batch)
+PAD, CTX, ORIG, PSEUDO, SPAN = 0, 1, 2, 3, 4
+
+
+def may_attend(q_kind, q_block, k_kind, k_block, same):
+    """The one rule, elementwise: may a query of (q_kind, q_block) attend a key of (k_kind, k_block)?
+
+    The arguments broadcast against each other: (B, L, 1) queries against (B, 1, L) keys give the dense mask;
+    scalars give one cell (FlexAttention's mask_mod). `same` says whether query and key are the same token.
+    """
+    real_query = q_kind != PAD
+    # everyone sees the context; the context sees only itself (it never sees an appended or target token)
+    sees_context = real_query & (k_kind == CTX)
+    # the text so far: an ORIG token sees the ORIG tokens of its own and earlier blocks
+    orig_sees_orig = (q_kind == ORIG) & (k_kind == ORIG) & (k_block <= q_block)
+    # a query token predicts the ORIG of its block: it sees only the EARLIER blocks (never its own answer)
+    is_query = (q_kind == PSEUDO) | (q_kind == SPAN)
+    query_sees_orig = is_query & (k_kind == ORIG) & (k_block < q_block)
+    # the [P]s of one block are predicted together and see each other (UniLMv2 Figure 5)
+    pseudo_sees_block = (q_kind == PSEUDO) & (k_kind == PSEUDO) & (k_block == q_block)
+    # a span-flow [ATTN] sees only itself among the query tokens (ERNIE-GEN Figure 3d)
+    span_sees_itself = (q_kind == SPAN) & same
+    return sees_context | orig_sees_orig | query_sees_orig | pseudo_sees_block | span_sees_itself
+
+
+def attention_mask(kind, block):
+    """(B, L) kind and block -> (B, L, L) bool: may_attend for every (query, key) pair, on kind's device."""
+    L = kind.size(1)
+    same = torch.eye(L, dtype=torch.bool, device=kind.device)[None]
+    return may_attend(kind[:, :, None], block[:, :, None], kind[:, None, :], block[:, None, :], same)
+
+
+# --- UniLM: the four LMs, from lengths -------------------------------------------------------------------
 
 def _grid(lengths, L):
     """Query index i (1, L, 1), key index j (1, 1, L) and the validity of both (B, L, L)."""
@@ -75,11 +126,27 @@ def seq2seq(src_lengths, lengths, L):
     return ((j < n_src) | (j <= i)) & valid
 
 
+def unilm_kinds(lm, n, n_src=0):
+    """UniLM's four LMs in the rule's terms: (kind, block) lists for one sequence of n tokens.
+
+        bidirectional   every token CTX                            everyone sees everyone
+        left_to_right   token i is ORIG of block i + 1             it sees j <= i
+        right_to_left   token i is ORIG of block n - i             it sees j >= i
+        seq2seq         the n_src source tokens CTX, target token t ORIG of block t + 1
+    The tests hold attention_mask(unilm_kinds(...)) equal to the four builders above.
+    """
+    if lm == "bidirectional":
+        return [CTX] * n, [0] * n
+    if lm == "left_to_right":
+        return [ORIG] * n, list(range(1, n + 1))
+    if lm == "right_to_left":
+        return [ORIG] * n, list(range(n, 0, -1))
+    if lm == "seq2seq":
+        return [CTX] * n_src + [ORIG] * (n - n_src), [0] * n_src + list(range(1, n - n_src + 1))
+    raise ValueError(f"unknown LM {lm!r}")
+
+
 # --- UniLMv2: pseudo-masked LM ---------------------------------------------------------------------------------
-
-# token kinds shared by pseudo_masked and multi_flow
-PAD, CTX, ORIG, PSEUDO, SPAN = 0, 1, 2, 3, 4
-
 
 def pseudo_masked(kind, block):
     """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5), from per-token kinds and block indices.
@@ -107,14 +174,7 @@ def pseudo_masked(kind, block):
     Seq2seq fine-tuning (section 3.4) is the same rule with every target token its own block: source = CTX,
     target token j = ORIG of block j, its [P] = PSEUDO of block j.
     """
-    qk, kk = kind[:, :, None], kind[:, None, :]                         # (B, L, 1), (B, 1, L)
-    qb, kb = block[:, :, None], block[:, None, :]
-    real_query = qk != PAD
-    sees_ctx = real_query & (kk == CTX)
-    orig_sees_orig = (qk == ORIG) & (kk == ORIG) & (kb <= qb)
-    pseudo_sees_orig = (qk == PSEUDO) & (kk == ORIG) & (kb < qb)
-    pseudo_sees_own_block = (qk == PSEUDO) & (kk == PSEUDO) & (kb == qb)
-    return sees_ctx | orig_sees_orig | pseudo_sees_orig | pseudo_sees_own_block
+    return attention_mask(kind, block)
 
 
 # --- ERNIE-GEN: multi-flow attention ---------------------------------------------------------------------------
@@ -145,11 +205,4 @@ def multi_flow(kind, block):
         S2 (b=2)   1  1  1  0  0 |  0  0  0 |  0  1  0
         S3 (b=2)   1  1  1  0  0 |  0  0  0 |  0  0  1
     """
-    qk, kk = kind[:, :, None], kind[:, None, :]
-    qb, kb = block[:, :, None], block[:, None, :]
-    L = kind.size(1)
-    itself = torch.eye(L, dtype=torch.bool, device=kind.device)[None] & (qk != PAD)
-    sees_src = (qk != PAD) & (kk == CTX)
-    contextual = (qk == ORIG) & (kk == ORIG) & (kb <= qb)
-    word_or_span = ((qk == PSEUDO) | (qk == SPAN)) & (kk == ORIG) & (kb < qb)
-    return sees_src | contextual | word_or_span | itself
+    return attention_mask(kind, block)

@@ -44,8 +44,8 @@ import itertools
 
 import torch
 
-from objectives import Batch, Objective, corrupt, lm_loss, pad, warn_once
-from objectives import masks
+from objectives import Example, Objective, corrupt, lm_loss, option, warn_once
+from objectives.masks import CTX, ORIG
 
 
 def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
@@ -69,11 +69,17 @@ class PalmObjective(Objective):
     query_token = None            # next-token prediction: y_t-1's own state predicts y_t
     segments = (0, 1)             # context (encoder) / continuation (decoder)
     model_defaults = dict(copy_head=True)     # train.py builds the model with these (the pointer-generator)
-    options = dict(context_frac=0.8, boundary_slack=0.1, mask_prob=0.15, stage1_frac=0.1, mlm_weight=0.0, copy=True,
-                   copy_chunk=0)
+    align_source = True           # every context padded to one width S: the continuation rows are h[:, S:]
 
-    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
+    context_frac = option(0.8, "share of a passage's tokens in the context; the rest is the continuation (3.1)")
+    boundary_slack = option(0.1, "move the cut to a sentence boundary within this share of the passage")
+    mask_prob = option(0.15, "share of context tokens masked for the MLM (2.1: BERT's 15%)")
+    stage1_frac = option(0.1, "share of the training steps in stage 1 (MLM only) before stage 2 (2.1)")
+    mlm_weight = option(0.0, "weight of the MLM loss in stage 2 (0: the paper's stage 2 trains the decoder only)")
+    copy = option(True, "use the pointer-generator's copy distribution (2.3); false = Table 6's ablation")
+    copy_chunk = option(0, "compute the copy attention k continuation steps at a time (less memory); 0 = at once")
+
+    def check_options(self):
         if not 0 < self.context_frac < 1:
             raise ValueError(f"objectives/palm.py: context_frac={self.context_frac} must be in (0, 1)")
         for k in ("mask_prob", "stage1_frac"):
@@ -83,10 +89,10 @@ class PalmObjective(Objective):
             raise ValueError("objectives/palm.py: boundary_slack, mlm_weight and copy_chunk must be >= 0")
         if self.mask_prob == 0 and (self.stage1_frac > 0 or self.mlm_weight > 0):
             raise ValueError("objectives/palm.py: mask_prob=0 leaves the MLM (stage 1, mlm_weight) nothing to predict")
-        if max_len < 5:
-            raise ValueError(f"objectives/palm.py: max_len={max_len} cannot hold [SOS] x [EOS] [SOS] y")
-        self.special_ids = sorted(tokenizer.special_ids)
-        self.stage = 2 if task == "seq2seq" else None
+        if self.max_len < 5:
+            raise ValueError(f"objectives/palm.py: max_len={self.max_len} cannot hold [SOS] x [EOS] [SOS] y")
+        self.special_ids = sorted(self.tok.special_ids)
+        self.stage = 2 if self.task == "seq2seq" else None
 
     def set_step(self, step, total_steps):
         """Call before building the batch of training step `step` (0-based) of `total_steps` (2.1's two stages)."""
@@ -103,8 +109,8 @@ class PalmObjective(Objective):
             inputs[i] = corrupt(ctx[i], self.tok, rng)
         return inputs, labels
 
-    def _pretrain_example(self, passage, rng):
-        """A passage -> (context ids, context labels, continuation ids), or None (skipped and counted)."""
+    def pretrain_example(self, passage, rng):
+        """A passage -> Example: masked context (and in stage 2 the continuation), or None (skipped, counted)."""
         budget = self.max_len - 3                  # [SOS] ctx [EOS] [SOS] y: positions 0 .. n + 2
         if sum(len(s) for s in passage) > budget:
             warn_once(f"palm: a passage is longer than max_len - 3 = {budget} tokens; truncated")
@@ -114,10 +120,12 @@ class PalmObjective(Objective):
         if not ctx or not cont:
             self.count_skip("passage too short for a context and a continuation")
             return None
-        return (*self._mask_context(ctx, rng), cont)
+        inputs, labels = self._mask_context(ctx, rng)
+        # stage 1 trains the encoder alone: the continuation would be compute for nothing
+        return self._example(inputs, labels, cont if self.stage == 2 else None)
 
-    def _seq2seq_example(self, src, tgt):
-        """(src_ids, tgt_ids) -> (source ids, no labels, target ids), truncated to max_len, or None."""
+    def seq2seq_example(self, src, tgt, rng):
+        """(src_ids, tgt_ids) -> Example, truncated to max_len, or None for an empty target."""
         if not tgt:
             self.count_skip("empty target")
             return None
@@ -127,46 +135,44 @@ class PalmObjective(Objective):
         if len(src) + len(tgt) + 3 > self.max_len:
             warn_once(f"palm: a source + target pair is longer than max_len={self.max_len}; source truncated")
             src = src[:self.max_len - 3 - len(tgt)]
-        return list(src), [-100] * len(src), list(tgt)
+        return self._example(list(src), [-100] * len(src), list(tgt))
+
+    def _example(self, ctx, ctx_labels, cont):
+        """[SOS] ctx [EOS] (context, bidirectional), then [SOS] y (the continuation, causal) unless cont is None.
+
+        The continuation's row t holds y_t-1 ([SOS] first) and predicts y_t ([EOS] last): next-token prediction.
+        """
+        sos, eos = self.tok.sos_id, self.tok.eos_id
+        S = len(ctx) + 2
+        ex = Example(input_ids=[sos] + ctx + [eos], position_ids=list(range(S)),
+                     segment_ids=[self.segments[0]] * S, labels=[-100] + ctx_labels + [-100],
+                     kind=[CTX] * S, block=[0] * S)
+        if cont is not None:
+            T = len(cont) + 1
+            ex.input_ids += [sos] + cont
+            ex.position_ids += list(range(S, S + T))
+            ex.segment_ids += [self.segments[1]] * T
+            ex.labels += cont + [eos]
+            # the seq2seq mask: continuation row t sees the context and rows <= t
+            ex.kind += [ORIG] * T
+            ex.block += list(range(1, T + 1))
+        return ex
 
     def make_batch(self, examples, rng):
-        stage = self.stage
-        if stage is None:
+        if self.stage is None:
             if self.stage1_frac > 0:
                 warn_once("palm: set_step() was never called, so there is no stage 1; training stage 2")
-            stage = 2
-        items = [self._seq2seq_example(*ex) if self.task == "seq2seq" else self._pretrain_example(ex, rng)
-                 for ex in examples]
-        items = [it for it in items if it is not None]
-        if not items:
-            raise ValueError(f"objectives/palm.py: every example of the batch was skipped ({self.skipped})")
-        ctx, ctx_labels, conts = zip(*items)
-        return self._collate(ctx, ctx_labels, conts if stage == 2 else None, stage)
+            self.stage = 2
+        return super().make_batch(examples, rng)
 
-    def _collate(self, ctx, ctx_labels, conts, stage):
-        """[SOS] ctx [EOS] padded to S, then (stage 2) [SOS] y padded to T: the seq2seq layout with a gap."""
-        sos, eos, pad_id = self.tok.sos_id, self.tok.eos_id, self.tok.pad_id
-        B, S = len(ctx), max(len(c) for c in ctx) + 2
-        src_len = torch.tensor([len(c) + 2 for c in ctx])
-        ids = [pad([[sos] + c + [eos] for c in ctx], pad_id, S)]
-        labels = [pad([[-100] + lab + [-100] for lab in ctx_labels], -100, S)]
-        pos = [torch.arange(S).expand(B, S)]
-        seg = [torch.full((B, S), self.segments[0])]
-        real = [torch.arange(S) < src_len[:, None]]
-        if conts is not None:
-            T = max(len(y) for y in conts) + 1
-            ids.append(pad([[sos] + y for y in conts], pad_id, T))
-            labels.append(pad([y + [eos] for y in conts], -100, T))                 # at [SOS]: y1, ..., at yn: [EOS]
-            pos.append(src_len[:, None] + torch.arange(T))                          # S_b, S_b + 1, ...
-            seg.append(torch.full((B, T), self.segments[1]))
-            real.append(torch.arange(T) < torch.tensor([len(y) + 1 for y in conts])[:, None])
-        ids, labels, pos, seg, real = (torch.cat(x, dim=1) for x in (ids, labels, pos, seg, real))
-        pos = pos.masked_fill(~real, 0)            # a padded continuation row could run past max_len otherwise
-        L = ids.size(1)
-        # context block (S_max wide, gaps included) bidirectional; continuation causal and seeing the context
-        mask = masks.seq2seq([S] * B, [L] * B, L) & real[:, None, :] & real[:, :, None]
-        copy_mask = self.copyable(ids[:, :S], real[:, :S])
-        return Batch(ids, pos, seg, mask, labels, extras=dict(copy_mask=copy_mask, stage=stage))
+    def collate(self, rows):
+        """The seq2seq layout with a gap: every [SOS] ctx [EOS] padded to S, then the continuations."""
+        return super().collate(rows, stage=self.stage)
+
+    def copy_mask(self, batch):
+        """Copy support (B, S) of a batch: its real context tokens that are not special."""
+        S = batch.extras["source_width"]
+        return self.copyable(batch.input_ids[:, :S], batch.kind[:, :S] == CTX)
 
     def copyable(self, ids, real):
         """Copy support (B, S): real context tokens that are not special ([SOS], [EOS], [MASK], [UNK], ...)."""
@@ -174,9 +180,10 @@ class PalmObjective(Objective):
 
     # --- loss ------------------------------------------------------------------------------------------------------
 
-    def loss(self, model, batch):
+    def compute_loss(self, model, batch):
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
-        S, stage = batch.extras["copy_mask"].size(1), batch.extras["stage"]
+        S = batch.extras["source_width"]
+        stage = batch.extras["stage"]
         metrics, total = {"stage": stage}, 0.0
         if self.task == "pretrain":
             train_mlm = stage == 1 or self.mlm_weight > 0
@@ -203,7 +210,8 @@ class PalmObjective(Objective):
             return loss, acc, None
         head = self._head(model)
         sel = labels != -100
-        alpha, gate = head.attend(s, h[:, :S], batch.extras["copy_mask"], self.copy_chunk or None)  # (B,T,S), (B,T)
+        # (B, T, S), (B, T)
+        alpha, gate = head.attend(s, h[:, :S], self.copy_mask(batch), self.copy_chunk or None)
         src = batch.input_ids[:, None, :S].expand(-1, s.size(1), -1)               # (B, T, S)
         y, alpha, gate, src = labels[sel], alpha[sel], gate[sel], src[sel]         # only the predicted rows (N, ...)
         logits = model.lm_logits(s[sel])                                           # (N, V)
@@ -229,9 +237,10 @@ class PalmObjective(Objective):
     def pointer_outputs(self, model, batch):
         """For notebooks: (log P (B, T, V), lambda (B, T), alpha (B, T, S)) at the continuation rows of a batch."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
-        S = batch.extras["copy_mask"].size(1)
+        S = batch.extras["source_width"]
         s = h[:, S:]
-        return self._head(model)(model.lm_logits(s), s, h[:, :S], batch.input_ids[:, :S], batch.extras["copy_mask"])
+        head = self._head(model)
+        return head(model.lm_logits(s), s, h[:, :S], batch.input_ids[:, :S], self.copy_mask(batch))
 
     def decode_logprobs(self, model, h, source):
         """log P (N, V) of the next token from states h (N, d): the mixture over source = dict(hidden, ids, mask)."""

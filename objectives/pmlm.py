@@ -63,26 +63,11 @@ above are ours; whole-word masking; the NLU fine-tuning heads.
 """
 import math
 
-import torch
-
-from objectives import Batch, Objective, corrupt, lm_loss, pad, random_token, warn_once
-from objectives import masks
-from objectives.masks import CTX, ORIG, PAD, PSEUDO
+from objectives import Example, Objective, corrupt, cut_segments, lm_loss, option, random_token, warn_once
+from objectives.masks import CTX, ORIG, PSEUDO
 
 
-# --- 2.2: "[SOS] S1 [EOS] S2 [EOS]" -----------------------------------------------------------------------------
-
-def cut_segments(sentences, rng):
-    """A passage (non-empty sentences) -> (S1, S2) token lists, cut at a random sentence boundary."""
-    if len(sentences) >= 2:
-        k = rng.randint(1, len(sentences) - 1)
-        return [t for s in sentences[:k] for t in s], [t for s in sentences[k:] for t in s]
-    s = sentences[0]
-    if len(s) == 1:
-        return s, []
-    k = rng.randint(1, len(s) - 1)               # one sentence: cut inside it
-    return s[:k], s[k:]
-
+# --- 2.2: "[SOS] S1 [EOS] S2 [EOS]" (the passage is cut by objectives.cut_segments, as UniLM's) ---------------
 
 def pack_segments(s1, s2, sos, eos):
     """-> tokens, segment ids, and the maskable runs [start, end) of S1 and S2 (specials never masked)."""
@@ -127,23 +112,23 @@ def pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, ps
 
     tokens: the original sequence; context: the same after corruption ([M] slots); ae_positions: the slots L_AE
     predicts; par_blocks: lists of positions, the factorization order of L_PAR. Appended tokens take the position
-    and segment of the token they stand for. -> dict of lists: input_ids, position_ids, segment_ids, labels, and
-    kind / block (CTX, ORIG, PSEUDO; factorization step 1..|M|) for masks.pseudo_masked.
+    and segment of the token they stand for. -> Example, with kind / block (CTX, ORIG, PSEUDO; factorization step
+    1..|M|) for masks.pseudo_masked.
     """
     n = len(tokens)
-    out = dict(input_ids=list(context), position_ids=list(range(n)), segment_ids=list(segments),
-               labels=[-100] * n, kind=[CTX] * n, block=[0] * n)
+    out = Example(input_ids=list(context), position_ids=list(range(n)), segment_ids=list(segments),
+                  labels=[-100] * n, kind=[CTX] * n, block=[0] * n)
     for p in ae_positions:
-        out["labels"][p] = tokens[p]                                       # Eq. 3: predicted at the [M] slot
+        out.labels[p] = tokens[p]                                          # Eq. 3: predicted at the [M] slot
     for r, blk in enumerate(par_blocks, start=1):
         for kind in (ORIG, PSEUDO):
             for p in blk:
-                out["input_ids"].append(tokens[p] if kind == ORIG else pseudo_id)
-                out["position_ids"].append(p)                              # the SAME position as the token
-                out["segment_ids"].append(segments[p])
-                out["labels"].append(tokens[p] if kind == PSEUDO else -100)  # Eq. 5: predicted at its [P]
-                out["kind"].append(kind)
-                out["block"].append(r)
+                out.input_ids.append(tokens[p] if kind == ORIG else pseudo_id)
+                out.position_ids.append(p)                                 # the SAME position as the token
+                out.segment_ids.append(segments[p])
+                out.labels.append(tokens[p] if kind == PSEUDO else -100)   # Eq. 5: predicted at its [P]
+                out.kind.append(kind)
+                out.block.append(r)
     return out
 
 
@@ -152,11 +137,16 @@ class PMLMObjective(Objective):
     query_token = "[P]"
     segments = (0, 1)             # seq2seq: source 0, target and pseudo 1 (official s2s-ft)
     model_defaults = dict(rel_pos_buckets=32, rel_pos_max_distance=128)   # 4.1: T5 relative position bias
-    options = dict(mask_prob=0.15, block_prob=0.4, max_block=6, mask_token_prob=0.8, random_token_prob=0.1,
-                   max_seq_len=0, target_noise_prob=0.5)
 
-    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
+    mask_prob = option(0.15, "stop blockwise masking once this share of the text is masked (Algorithm 1: 15%)")
+    block_prob = option(0.4, "probability that a block is 2..max_block tokens long, else one token (Alg. 1: 0.4)")
+    max_block = option(6, "longest block in tokens (Algorithm 1: 6)")
+    mask_token_prob = option(0.8, "a masked slot becomes [M] with this probability (4.1: 80%)")
+    random_token_prob = option(0.1, "... a random token with this one (4.1: 10%); it stays itself otherwise")
+    max_seq_len = option(0, "bound on the whole sequence with the appended tokens; 0 = no bound")
+    target_noise_prob = option(0.5, "fine-tuning: share of visible target tokens noised 80/10/10 (official s2s-ft)")
+
+    def check_options(self):
         for k in ("mask_prob", "block_prob", "mask_token_prob", "random_token_prob", "target_noise_prob"):
             if not 0 <= getattr(self, k) <= 1:
                 raise ValueError(f"objectives/pmlm.py: {k}={getattr(self, k)} is not a probability")
@@ -165,8 +155,8 @@ class PMLMObjective(Objective):
         if self.mask_prob <= 0 or self.max_block < 2:
             raise ValueError(f"objectives/pmlm.py: need mask_prob > 0 and max_block >= 2, got {self.mask_prob}, "
                              f"{self.max_block}")
-        if max_len < 4 or self.max_seq_len and self.max_seq_len < 6:
-            raise ValueError(f"objectives/pmlm.py: max_len={max_len} (needs >= 4) or max_seq_len={self.max_seq_len} "
+        if self.max_len < 4 or self.max_seq_len and self.max_seq_len < 6:
+            raise ValueError(f"objectives/pmlm.py: max_len={self.max_len} (needs >= 4) or max_seq_len={self.max_seq_len} "
                              "(needs 0 = no bound, or >= 6) too small for [SOS] x [EOS] plus one masked token")
         self.text_budget = self._text_budget()
 
@@ -227,7 +217,7 @@ class PMLMObjective(Objective):
                     kept.add(p)
         return context, kept
 
-    def _pretrain_example(self, passage, rng):
+    def pretrain_example(self, passage, rng):
         sentences = self._truncate(passage)
         if not sentences:
             self.count_skip("empty passage")
@@ -247,7 +237,7 @@ class PMLMObjective(Objective):
         ae_positions = [p for blk in blocks for p in blk]
         return pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, self.tok.pseudo_id)
 
-    def _seq2seq_example(self, src, tgt, rng):
+    def seq2seq_example(self, src, tgt, rng):
         """3.4: [SOS] src [EOS] | targets (noised) | one [P] per target, target j and [P]_j forming block j."""
         src, tgt = self._fit_seq2seq(list(src), list(tgt))
         source, target = [self.tok.sos_id] + src + [self.tok.eos_id], tgt + [self.tok.eos_id]
@@ -255,46 +245,19 @@ class PMLMObjective(Objective):
         visible = [corrupt(y, self.tok, rng, self.mask_token_prob, self.random_token_prob)
                    if rng.random() < self.target_noise_prob else y for y in target]
         steps = list(range(1, T + 1))
-        return dict(input_ids=source + visible + [self.tok.pseudo_id] * T,
-                    position_ids=list(range(S)) + list(range(S, S + T)) * 2,     # [P]_j shares y_j's position
-                    segment_ids=[self.segments[0]] * S + [self.segments[1]] * 2 * T,
-                    labels=[-100] * (S + T) + target,                            # loss on the [P]s only
-                    kind=[CTX] * S + [ORIG] * T + [PSEUDO] * T,
-                    block=[0] * S + steps + steps)
-
-    # --- the batch -----------------------------------------------------------------------------------------------
-
-    def make_batch(self, examples, rng):
-        if self.task == "seq2seq":
-            rows = [self._seq2seq_example(src, tgt, rng) for src, tgt in examples]
-        else:
-            rows = [row for row in (self._pretrain_example(p, rng) for p in examples) if row is not None]
-        return self.collate(rows)
-
-    def collate(self, rows):
-        """Pad the examples' lists into a Batch; the mask is built from kinds and blocks (Figure 5)."""
-        if not rows:                  # every example was skipped: an empty batch, loss() returns a zero
-            empty = torch.zeros(0, 0, dtype=torch.long)
-            return Batch(empty, empty, empty, torch.zeros(0, 0, 0, dtype=torch.bool), empty,
-                         {"kind": empty, "block": empty})
-        L = max(len(r["input_ids"]) for r in rows)
-        col = {k: pad([r[k] for r in rows], value, L) for k, value in
-               (("input_ids", self.tok.pad_id), ("position_ids", 0), ("segment_ids", 0), ("labels", -100),
-                ("kind", PAD), ("block", 0))}
-        return Batch(col["input_ids"], col["position_ids"], col["segment_ids"],
-                     masks.pseudo_masked(col["kind"], col["block"]),         # (B, L, L)
-                     col["labels"], {"kind": col["kind"], "block": col["block"]})
+        return Example(input_ids=source + visible + [self.tok.pseudo_id] * T,
+                       position_ids=list(range(S)) + list(range(S, S + T)) * 2,     # [P]_j shares y_j's position
+                       segment_ids=[self.segments[0]] * S + [self.segments[1]] * 2 * T,
+                       labels=[-100] * (S + T) + target,                            # loss on the [P]s only
+                       kind=[CTX] * S + [ORIG] * T + [PSEUDO] * T,
+                       block=[0] * S + steps + steps)
 
     # --- Eq. 7 ---------------------------------------------------------------------------------------------------
 
-    def loss(self, model, batch):
+    def compute_loss(self, model, batch):
         """L = L_AE (at the masked context slots) + L_PAR (at the [P]s), from ONE forward pass (Eq. 7)."""
-        if batch.input_ids.size(0) == 0:
-            zero = sum(p.sum() for p in model.parameters()) * 0.0     # DDP expects gradients everywhere
-            names = ("loss", "loss_par") if self.task == "seq2seq" else ("loss", "loss_ae", "loss_par")
-            return zero, {k: zero.detach() for k in names}
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)      # (B, L, d)
-        par = batch.extras["kind"] == PSEUDO
+        par = batch.kind == PSEUDO
         loss_par, acc_par = lm_loss(model, h, batch.labels.masked_fill(~par, -100), self.label_smoothing)
         if self.task == "seq2seq":
             return loss_par, {"loss": loss_par.detach(), "loss_par": loss_par.detach(), "acc_par": acc_par}

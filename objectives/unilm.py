@@ -34,13 +34,12 @@ The official loader caps predictions per sequence at --max_pred; here `max_pred`
 cap, so the rates are the paper's. Left out: whole-word masking, the NLU fine-tuning heads, the official label
 smoothing's eps/(V-2) (ours, torch's: eps/V). All randomness comes from the rng given to make_batch.
 """
-import torch
 import torch.nn.functional as F
 
-from objectives import Batch, Objective, corrupt, lm_loss, pad, warn_once
-from objectives import masks
+from objectives import Example, Objective, corrupt, cut_segments, lm_loss, option, warn_once
+from objectives.masks import unilm_kinds
 
-LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")       # metrics["lm_type"] = index
+LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")       # extras["lm_type"] = index
 # official segment ids as LM identifiers (type_vocab_size 6): (first segment, second segment)
 SEGMENT_IDS = {"bidirectional": (0, 1), "left_to_right": (2, 2), "right_to_left": (3, 3), "seq2seq": (4, 5)}
 
@@ -77,12 +76,22 @@ class UniLMObjective(Objective):
     name = "unilm"
     query_token = "[MASK]"        # decoding puts [MASK] at the next target position (2.5; official decoder)
     segments = SEGMENT_IDS["seq2seq"]
-    options = dict(mask_prob=0.15, span_prob=0.2, max_span=3, max_pred=0, nsp=True, nsp_negative_prob=0.5,
-                   lm_type="mix", weight_bidirectional=2.0, weight_seq2seq=2.0, weight_left_to_right=1.0,
-                   weight_right_to_left=1.0, target_mask_prob=0.7)
+    n_segments = 6                # the six segment ids above: the model needs n_segment >= 6
 
-    def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
-        super().__init__(tokenizer, task, max_len, label_smoothing, **options)
+    mask_prob = option(0.15, "share of the text tokens predicted by the cloze task (2.4: 15%)")
+    span_prob = option(0.2, "probability that a cloze pick is a bigram or trigram instead of one token (2.4)")
+    max_span = option(3, "longest cloze span in tokens (2.4: trigram)")
+    max_pred = option(0, "cap on predictions per sequence (the official --max_pred); 0 = no cap")
+    nsp = option(True, "add the next-sentence prediction loss to bidirectional batches (2.3)")
+    nsp_negative_prob = option(0.5, "share of NSP pairs whose S2 comes from another passage (2.3)")
+    lm_type = option("mix", "mix (draw per batch) or one of bidirectional, left_to_right, right_to_left, seq2seq")
+    weight_bidirectional = option(2.0, "relative frequency of the bidirectional LM (2.4: 1/3)")
+    weight_seq2seq = option(2.0, "relative frequency of the seq2seq LM (2.4: 1/3)")
+    weight_left_to_right = option(1.0, "relative frequency of the left-to-right LM (2.4: 1/6)")
+    weight_right_to_left = option(1.0, "relative frequency of the right-to-left LM (2.4: 1/6)")
+    target_mask_prob = option(0.7, "fine-tuning: share of target tokens masked and predicted (2.5: 70%)")
+
+    def check_options(self):
         if self.lm_type not in ("mix",) + LM_TYPES:
             raise ValueError(f"objectives/unilm.py: lm_type={self.lm_type!r}; choose mix or one of {LM_TYPES}")
         self.weights = [float(getattr(self, f"weight_{t}")) for t in LM_TYPES]
@@ -91,10 +100,10 @@ class UniLMObjective(Objective):
         for k in ("mask_prob", "span_prob", "nsp_negative_prob", "target_mask_prob"):
             if not 0 <= getattr(self, k) <= 1:
                 raise ValueError(f"objectives/unilm.py: {k}={getattr(self, k)} is not a probability")
-        if max_len < 5:
-            raise ValueError(f"objectives/unilm.py: max_len={max_len} cannot hold [SOS] a [EOS] b [EOS]")
+        if self.max_len < 5:
+            raise ValueError(f"objectives/unilm.py: max_len={self.max_len} cannot hold [SOS] a [EOS] b [EOS]")
 
-    # --- one example -> (tokens, segment ids, labels, n_src) --------------------------------------------------
+    # --- the cloze task ---------------------------------------------------------------------------------------
 
     def _n_pred(self, n, p):
         n_pred = max(1, round(n * p))                  # official: min(max_pred, max(1, round(n * p)))
@@ -109,13 +118,17 @@ class UniLMObjective(Objective):
             inputs[p] = corrupt(tokens[p], self.tok, rng)
         return inputs, labels
 
-    def _cut(self, passage, rng):
-        """A passage (list of sentences) -> (S1, S2), both non-empty, split at a random sentence boundary."""
-        if len(passage) >= 2:
-            k = rng.randint(1, len(passage) - 1)
-            return [t for s in passage[:k] for t in s], [t for s in passage[k:] for t in s]
-        k = rng.randint(1, len(passage[0]) - 1)      # one sentence: split inside it
-        return passage[0][:k], passage[0][k:]
+    def _example(self, tokens, n_src, lm, labels_from, rng, span_prob, nsp_label=None):
+        """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and blocks, and the cloze."""
+        first, second = SEGMENT_IDS[lm]
+        segments = [first] * n_src + [second] * (len(tokens) - n_src)
+        candidates, n_pred = labels_from
+        inputs, labels = self._cloze(tokens, candidates, n_pred, rng, span_prob)
+        kind, block = unilm_kinds(lm, len(tokens), n_src)
+        extras = {} if nsp_label is None else {"nsp_labels": nsp_label}
+        return Example(inputs, list(range(len(tokens))), segments, labels, kind, block, extras)
+
+    # --- pre-training: one passage -> one LM's example ----------------------------------------------------------
 
     def _pair(self, s1, s2):
         """Fit [SOS] S1 [EOS] S2 [EOS] into max_len: the longer segment gives way (BERT's truncate_seq_pair)."""
@@ -123,52 +136,11 @@ class UniLMObjective(Objective):
         if len(s1) + len(s2) > budget:
             warn_once(f"unilm: a segment pair is longer than max_len={self.max_len}; truncated")
             n1 = min(len(s1), max(budget - len(s2), budget // 2))
-            s1, s2 = s1[len(s1) - n1:], s2[:budget - n1]       # keep the text around the split point
+            # keep the text around the split point
+            s1 = s1[len(s1) - n1:]
+            s2 = s2[:budget - n1]
         sos, eos = self.tok.sos_id, self.tok.eos_id
         return [sos] + s1 + [eos] + s2 + [eos], len(s1) + 2
-
-    def _pretrain_example(self, passage, other, lm, rng):
-        """One passage -> (tokens, segments, labels, n_src, nsp_label) for the LM type drawn for the batch."""
-        first, second = SEGMENT_IDS[lm]
-        if lm in ("left_to_right", "right_to_left"):
-            text = [t for s in passage for t in s]
-            if len(text) > self.max_len - 2:
-                warn_once(f"unilm: a passage is longer than max_len={self.max_len}; truncated")
-                text = text[:self.max_len - 2]
-            tokens, n_src, nsp_label = [self.tok.sos_id] + text + [self.tok.eos_id], len(text) + 2, -100
-        else:
-            s1, s2 = self._cut(passage, rng)
-            nsp_label = -100
-            if lm == "bidirectional" and self.nsp:
-                # NSP (2.3, after BERT): 0 = S2 follows S1, 1 = S2 is a sentence suffix of another passage
-                nsp_label = 0
-                if other is not None and rng.random() < self.nsp_negative_prob:
-                    # no longer than the S2 it replaces: the pair's length gives no NSP hint, and still fits
-                    suffix = [t for s in other[rng.randrange(len(other)):] for t in s]
-                    nsp_label, s2 = 1, suffix[:len(s2)]
-            tokens, n_src = self._pair(s1, s2)
-        segments = [first] * n_src + [second] * (len(tokens) - n_src)
-        candidates = [i for i in range(len(tokens)) if i not in (0, n_src - 1, len(tokens) - 1)]   # no specials
-        inputs, labels = self._cloze(tokens, candidates, self._n_pred(len(candidates), self.mask_prob), rng,
-                                     self.span_prob)
-        return inputs, segments, labels, n_src, nsp_label
-
-    def _seq2seq_example(self, src, tgt, rng):
-        """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target tokens masked with target_mask_prob."""
-        if len(tgt) + 3 > self.max_len:
-            warn_once(f"unilm: a target is longer than max_len={self.max_len} - 3; truncated")
-            tgt = tgt[:self.max_len - 3]
-        if len(src) + len(tgt) + 3 > self.max_len:
-            warn_once(f"unilm: a source + target is longer than max_len={self.max_len}; source truncated")
-            src = src[:self.max_len - 3 - len(tgt)]
-        sos, eos = self.tok.sos_id, self.tok.eos_id
-        tokens, n_src = [sos] + list(src) + [eos] + list(tgt) + [eos], len(src) + 2
-        segments = [self.segments[0]] * n_src + [self.segments[1]] * (len(tgt) + 1)
-        candidates = list(range(n_src, len(tokens)))      # the target tokens and its final [EOS] (2.5)
-        inputs, labels = self._cloze(tokens, candidates, self._n_pred(len(tgt), self.target_mask_prob), rng, 0.0)
-        return inputs, segments, labels, n_src, -100
-
-    # --- a batch --------------------------------------------------------------------------------------------------
 
     def _usable(self, passage):
         """The passage without empty sentences, or None (skipped and counted) if it has fewer than 2 tokens."""
@@ -179,61 +151,83 @@ class UniLMObjective(Objective):
             return None
         return passage
 
+    def pretrain_example(self, passage, rng, lm="bidirectional", other=None):
+        """One usable passage -> Example for the LM drawn for the batch; other: a passage for NSP negatives."""
+        if lm in ("left_to_right", "right_to_left"):
+            text = [t for s in passage for t in s]
+            if len(text) > self.max_len - 2:
+                warn_once(f"unilm: a passage is longer than max_len={self.max_len}; truncated")
+                text = text[:self.max_len - 2]
+            tokens = [self.tok.sos_id] + text + [self.tok.eos_id]
+            n_src = len(tokens)
+            nsp_label = None
+        else:
+            s1, s2 = cut_segments(passage, rng)
+            nsp_label = None
+            if lm == "bidirectional" and self.nsp:
+                # NSP (2.3, after BERT): 0 = S2 follows S1, 1 = S2 is a sentence suffix of another passage
+                nsp_label = 0
+                if other is not None and rng.random() < self.nsp_negative_prob:
+                    # no longer than the S2 it replaces: the pair's length gives no NSP hint, and still fits
+                    suffix = [t for s in other[rng.randrange(len(other)):] for t in s]
+                    nsp_label = 1
+                    s2 = suffix[:len(s2)]
+            tokens, n_src = self._pair(s1, s2)
+        # every token but [SOS] and the [EOS]s may be predicted
+        candidates = [i for i in range(len(tokens)) if i not in (0, n_src - 1, len(tokens) - 1)]
+        n_pred = self._n_pred(len(candidates), self.mask_prob)
+        return self._example(tokens, n_src, lm, (candidates, n_pred), rng, self.span_prob, nsp_label)
+
     def make_batch(self, examples, rng, lm_type=None):
         """examples -> Batch. lm_type (argument or option) forces one LM; otherwise one is drawn per batch (2.4)."""
         if self.task == "seq2seq":
-            lm = "seq2seq"
-            rows = [self._seq2seq_example(src, tgt, rng) for src, tgt in examples]
-        else:
-            lm = lm_type or (self.lm_type if self.lm_type != "mix" else rng.choices(LM_TYPES, self.weights)[0])
-            passages = [p for p in map(self._usable, examples) if p is not None]
-            rows = []
-            for b, passage in enumerate(passages):
-                # an NSP negative comes from another passage of the SAME batch (DESIGN contract)
-                others = [i for i in range(len(passages)) if i != b] if lm == "bidirectional" and self.nsp else []
-                other = passages[rng.choice(others)] if others else None
-                rows.append(self._pretrain_example(passage, other, lm, rng))
-        return self._collate(rows, lm)
+            return super().make_batch(examples, rng)
+        lm = lm_type or self.lm_type
+        if lm == "mix":
+            lm = rng.choices(LM_TYPES, self.weights)[0]
+        passages = [p for p in map(self._usable, examples) if p is not None]
+        rows = []
+        for b, passage in enumerate(passages):
+            # an NSP negative comes from another passage of the SAME batch
+            others = [i for i in range(len(passages)) if i != b] if lm == "bidirectional" and self.nsp else []
+            other = passages[rng.choice(others)] if others else None
+            rows.append(self.pretrain_example(passage, rng, lm, other))
+        return self.collate(rows, lm_type=LM_TYPES.index(lm))
 
-    def _collate(self, rows, lm):
-        if not rows:                  # every example was skipped: an empty batch, loss() returns a zero
-            empty = torch.zeros(0, 0, dtype=torch.long)
-            return Batch(empty, empty, empty, torch.zeros(0, 0, 0, dtype=torch.bool), empty,
-                         {"lm_type": LM_TYPES.index(lm)})
-        inputs, segments, labels, n_src, nsp = zip(*rows)
-        lengths = [len(x) for x in inputs]
-        L = max(lengths)
-        if lm == "bidirectional":                               # 2.3: every token sees every token
-            attn = masks.bidirectional(lengths, L)
-        elif lm == "left_to_right":                             # 2.3: lower triangle
-            attn = masks.left_to_right(lengths, L)
-        elif lm == "right_to_left":                             # 2.3: upper triangle
-            attn = masks.right_to_left(lengths, L)
-        else:                                                   # 2.3: source block + causal target
-            attn = masks.seq2seq(list(n_src), lengths, L)
-        extras = {"lm_type": LM_TYPES.index(lm)}
-        if lm == "bidirectional" and self.nsp and self.task == "pretrain":
-            extras["nsp_labels"] = torch.tensor(nsp, dtype=torch.long)
-        return Batch(input_ids=pad(inputs, self.tok.pad_id, L),
-                     position_ids=torch.arange(L).expand(len(rows), L).clone(),
-                     segment_ids=pad(segments, 0, L),
-                     attn_mask=attn,
-                     labels=pad(labels, -100, L),
-                     extras=extras)
+    # --- fine-tuning (2.5) ----------------------------------------------------------------------------------------
+
+    def seq2seq_example(self, src, tgt, rng):
+        """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target tokens masked with target_mask_prob."""
+        if len(tgt) + 3 > self.max_len:
+            warn_once(f"unilm: a target is longer than max_len={self.max_len} - 3; truncated")
+            tgt = tgt[:self.max_len - 3]
+        if len(src) + len(tgt) + 3 > self.max_len:
+            warn_once(f"unilm: a source + target is longer than max_len={self.max_len}; source truncated")
+            src = src[:self.max_len - 3 - len(tgt)]
+        sos, eos = self.tok.sos_id, self.tok.eos_id
+        tokens = [sos] + list(src) + [eos] + list(tgt) + [eos]
+        n_src = len(src) + 2
+        # the target tokens and its final [EOS] (2.5); the source is never masked
+        candidates = list(range(n_src, len(tokens)))
+        n_pred = self._n_pred(len(tgt), self.target_mask_prob)
+        return self._example(tokens, n_src, "seq2seq", (candidates, n_pred), rng, 0.0)
+
+    def collate(self, rows, lm_type=LM_TYPES.index("seq2seq")):
+        return super().collate(rows, lm_type=lm_type)
 
     # --- the loss -------------------------------------------------------------------------------------------------
 
     def loss(self, model, batch):
+        loss, metrics = super().loss(model, batch)
+        metrics["lm_type"] = float(batch.extras["lm_type"])
+        return loss, metrics
+
+    def compute_loss(self, model, batch):
         """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward pass."""
-        lm_type = float(batch.extras["lm_type"])
-        if batch.input_ids.size(0) == 0:
-            # nothing to learn from; the zero still touches every parameter (DDP expects gradients everywhere)
-            zero = sum(p.sum() for p in model.parameters()) * 0.0
-            return zero, {"loss": zero.detach(), "loss_mlm": zero.detach(), "lm_type": lm_type}
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)      # (B, L, d)
         loss_mlm, acc = lm_loss(model, h, batch.labels, self.label_smoothing)
         loss = loss_mlm
-        metrics = {"loss_mlm": loss_mlm.detach(), "acc_mlm": acc, "lm_type": lm_type}
+        metrics = {"loss_mlm": loss_mlm.detach(), "acc_mlm": acc}
         if "nsp_labels" in batch.extras:
             nsp_logits = model.nsp_logits(h[:, 0]).float()                                      # (B, 2) at [SOS]
             loss_nsp = F.cross_entropy(nsp_logits, batch.extras["nsp_labels"])

@@ -47,7 +47,7 @@ def test_pretrain_layout_and_masks_fig3d(toy):
     assert batch.position_ids[0].tolist() == [0, 1, 3, 4, 7, 8, 9] + [2, 5, 6] * 3
     assert batch.segment_ids[0].tolist() == [0] * 7 + [1] * 9
     assert batch.labels[0].tolist() == [-100] * 10 + ids(toy, "b e f") * 2
-    assert batch.extras["kind"][0].tolist() == [CTX] * 7 + [ORIG] * 3 + [PSEUDO] * 3 + [SPAN] * 3
+    assert batch.kind[0].tolist() == [CTX] * 7 + [ORIG] * 3 + [PSEUDO] * 3 + [SPAN] * 3
     #            S' (SOS a c d g h EOS) | T' b e f | A_W W1 W2 W3 | A_S S1 S2 S3
     want = rows("""
         1111111 000 000 000
@@ -144,7 +144,7 @@ def test_no_leakage_by_autograd(tok, passages, impl):
     model = tiny_model(len(tok), attn_impl=impl)
     n_checked = 0
     for b in range(batch.input_ids.size(0)):
-        k, blk = batch.extras["kind"][b], batch.extras["block"][b]       # block: target index / span start
+        k, blk = batch.kind[b], batch.block[b]       # block: target index / span start
         m = int((k == ORIG).sum())
         assert blk[k == ORIG].tolist() == blk[k == PSEUDO].tolist() == list(range(1, m + 1))
         span_start = blk[k == SPAN]
@@ -207,9 +207,9 @@ def test_one_sequence_equals_separate_flows(tok, passages, impl):
     with torch.no_grad():
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
         for b, ex in enumerate(examples):
-            t = lambda key: torch.tensor(ex[key])
-            x, a_w, a_s = literal_flows(model, t("ids"), t("pos"), t("seg"), t("kind"), t("block"))
-            k = batch.extras["kind"][b]
+            t = lambda key: torch.tensor(getattr(ex, key))
+            x, a_w, a_s = literal_flows(model, t("input_ids"), t("position_ids"), t("segment_ids"), t("kind"), t("block"))
+            k = batch.kind[b]
             real = (k == CTX) | (k == ORIG)
             torch.testing.assert_close(h[b][real], x, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(h[b][k == PSEUDO], a_w, rtol=1e-5, atol=1e-5)
@@ -246,7 +246,7 @@ def test_fragment_statistics(toy):
 
 def fragments_of(batch, b):
     """Runs of consecutive positions among the T' rows: the fragments (they never touch)."""
-    pos = batch.position_ids[b][batch.extras["kind"][b] == ORIG].tolist()
+    pos = batch.position_ids[b][batch.kind[b] == ORIG].tolist()
     runs = [[pos[0]]]
     for p, q in zip(pos, pos[1:]):
         assert q > p                                         # fragments in passage order
@@ -263,7 +263,7 @@ def test_fragments_on_real_passages(tok, passages):
     ratios, n_frag_cut = [], 0
     for b, passage in enumerate(examples):
         flat = [tok.sos_id] + [t for s in passage for t in s] + [tok.eos_id]
-        k, ids_b, pos_b = batch.extras["kind"][b], batch.input_ids[b], batch.position_ids[b]
+        k, ids_b, pos_b = batch.kind[b], batch.input_ids[b], batch.position_ids[b]
         real = (k == CTX) | (k == ORIG)
         rebuilt = dict(zip(pos_b[real].tolist(), ids_b[real].tolist()))
         assert rebuilt == dict(enumerate(flat))              # every token once, at its own position
@@ -281,7 +281,7 @@ def test_noise_rate_and_clean_labels(tok, pairs):
         obj = get_objective("ernie_gen", tok, task=task, **{key: rho})
         batch = obj.make_batch(pairs["train"][:300] if task == "seq2seq" else
                                [[p[0] + p[1]] for p in pairs["train"][:300]], random.Random(0))
-        k = batch.extras["kind"]
+        k = batch.kind
         noised = batch.input_ids[k == ORIG]
         clean = batch.labels[k == PSEUDO]                    # labels of A_W: T in the same order
         assert noised.shape == clean.shape and noised.numel() > 2000
@@ -338,7 +338,7 @@ def test_t_statistic_by_hand(toy, tmp_path):
     # the cache is read back (same tokenizer and settings), even with an empty corpus, and also by path
     assert build_span_vocab([], toy, n_bigrams=3, n_trigrams=1, min_t=1.0, cache_path=str(cache)).ngrams == vocab.ngrams
     assert load_span_vocab(str(cache), toy).ngrams == vocab.ngrams
-    assert get_objective("ernie_gen", toy, span_vocab=str(cache)).span_vocab.ngrams == vocab.ngrams
+    assert get_objective("ernie_gen", toy, span_vocab=str(cache)).spans_table.ngrams == vocab.ngrams
 
 
 def test_greedy_segmentation_by_hand(toy):
@@ -408,7 +408,7 @@ def test_bad_input_is_skipped_or_truncated(toy):
         batch = s2s.make_batch([(ids(toy, "a b c d e f"), ids(toy, "a b c d e f g h")), (ids(toy, "a") * 9, [])],
                                random.Random(0))
     assert int(batch.position_ids.max()) == 7
-    assert batch.labels[1][batch.extras["kind"][1] == PSEUDO].tolist() == [toy.eos_id]   # empty target: [EOS]
+    assert batch.labels[1][batch.kind[1] == PSEUDO].tolist() == [toy.eos_id]   # empty target: [EOS]
     with pytest.raises(ValueError, match="unknown option.*rho"):
         get_objective("ernie_gen", toy, rhoo=0.1)
     with pytest.raises(ValueError, match="gamma"):

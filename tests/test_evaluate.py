@@ -409,11 +409,11 @@ def test_evaluate_imports_only_allowed_modules():
     names = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
              for a in node.names}
     names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    # the metrics are written from scratch: the oracles never appear; torch and the project's modules are imported
-    # only inside the perplexity command (a checkpoint needs them)
+    # the metrics are written from scratch: the oracles never appear; torch and the project's
+    # model modules are imported only inside the perplexity command (a checkpoint needs them)
     assert not names & {"rouge_score", "sacrebleu", "nltk", "tokenizers", "transformers"}
     assert names <= {"argparse", "collections", "functools", "json", "math", "re", "numpy",
-                     "torch", "data", "generate"}
+                     "torch", "data", "generate", "utils"}
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -460,6 +460,14 @@ def _nested_close(a, b):
     return math.isclose(a, b, rel_tol=0, abs_tol=1e-12)
 
 
+def assert_one_line_error(out):
+    """Exit status 2 and exactly one line on stderr, `evaluate.py: error: ...`, no traceback."""
+    lines = out.stderr.strip().split("\n")
+    assert out.returncode == 2, out.stderr
+    assert len(lines) == 1 and lines[0].startswith("evaluate.py: error: "), out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_cli_clean_errors(tmp_path):
     p = write(tmp_path, "pred.txt", ["a b", "c d", "e"])
     r = write(tmp_path, "ref.txt", ["a b", "c d"])
@@ -468,9 +476,132 @@ def test_cli_clean_errors(tmp_path):
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert "3 lines" in out.stderr and "2 lines" in out.stderr
         assert "pred.txt" in out.stderr and "ref.txt" in out.stderr
+        assert_one_line_error(out)
     out = run_cli("rouge", "--pred", str(tmp_path / "missing.txt"), "--ref", r)
     assert out.returncode == 2 and "missing.txt" in out.stderr and "Traceback" not in out.stderr
+    assert_one_line_error(out)
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9\n".encode("latin-1"))
     out = run_cli("distinct", "--pred", str(bad))
     assert out.returncode == 2 and "UTF-8" in out.stderr and "Traceback" not in out.stderr
+    assert_one_line_error(out)
+
+
+def test_cli_bad_flags_one_line_exit_2(tmp_path):
+    p = write(tmp_path, "pred.txt", ["a b", "c d"])
+    empty = write(tmp_path, "empty.txt", [])
+    data = write(tmp_path, "data.jsonl", [json.dumps({"src": "a b", "tgt": "a"})])
+    cases = [
+        (["rouge", "--pred", p, "--ref", p, "--bootstrap", "-1"], "--bootstrap"),
+        (["rouge", "--pred", empty, "--ref", empty], "empty"),
+        (["rouge", "--pred", str(tmp_path), "--ref", p], "directory"),
+        (["lead", "--src", p, "--ref", p, "--words", "0"], "--words"),
+        (["lead", "--src", p, "--ref", write(tmp_path, "one.txt", ["a"])], "one source per"),
+        (["distinct", "--pred", p, "--n", "1", "0"], "--n"),
+        (["bleu", "--pred", p, "--ref", p, str(tmp_path / "nope.txt")], "nope.txt"),
+        (["perplexity", "--ckpt", str(tmp_path / "nope.pt"), "--data", data], "not found"),
+        (["perplexity", "--ckpt", p, "--data", data, "--batch_size", "0"], "--batch_size"),
+        (["perplexity", "--ckpt", p, "--data", data, "--device", "tpu"], "--device"),
+        (["perplexity", "--ckpt", p, "--data", str(tmp_path / "nope.jsonl")], "nope"),
+        (["perplexity", "--ckpt", p, "--data", data], "cannot read"),     # text, not a checkpoint
+    ]
+    # in parallel: the perplexity ones import torch
+    procs = [subprocess.Popen([sys.executable, os.path.join(REPO, "evaluate.py"), *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args, _ in cases]
+    for (args, words), proc in zip(cases, procs):
+        stdout, stderr = proc.communicate(timeout=120)
+        assert_one_line_error(subprocess.CompletedProcess(args, proc.returncode, stdout, stderr))
+        assert words in stderr and stdout == "", (args, stderr)
+
+
+def test_cli_perplexity_refuses_a_malicious_checkpoint(tmp_path):
+    """A checkpoint is data: a pickle that would run code is refused, one line, exit 2."""
+    from tests.test_generate import save_exploit
+    evil, marker = tmp_path / "evil.pt", tmp_path / "MARKER"
+    save_exploit(evil, marker)
+    data = write(tmp_path, "data.jsonl", [json.dumps({"src": "w1 w2", "tgt": "w3"})])
+    out = run_cli("perplexity", "--ckpt", str(evil), "--data", data, "--device", "cpu")
+    assert_one_line_error(out)
+    assert "refused" in out.stderr and not marker.exists()
+
+
+# ----------------------------------------------------------------------------- the line rule
+
+# each line holds a '\r' that splits it into pieces of < 4 tokens: read with universal newlines,
+# no 4-gram is left and BLEU is 0.0 (sacrebleu's own control-character case)
+CR_LINES = ["a b c\rd e f", "g h\ri j k", "l m n\ro p q"]
+
+
+def test_cli_carriage_return_inside_a_line_does_not_split_it(tmp_path):
+    lf = tmp_path / "lf.txt"
+    lf.write_bytes("".join(line + "\n" for line in CR_LINES).encode("utf-8"))
+    crlf = tmp_path / "crlf.txt"                                      # Windows line endings
+    crlf.write_bytes("".join(line + "\r\n" for line in CR_LINES).encode("utf-8"))
+    # the answer: the texts scored against themselves, as sacrebleu scores them in memory
+    assert sacrebleu_score(CR_LINES, [[t] for t in CR_LINES], "13a") == pytest.approx(100.0)
+    for pred, ref in ((lf, lf), (lf, crlf), (crlf, crlf)):
+        out = run_cli("bleu", "--pred", str(pred), "--ref", str(ref), "--json")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["score"] == pytest.approx(100.0)
+        assert json.loads(out.stdout)["sys_len"] == 6 + 5 + 6         # whole lines, no pieces
+        out = run_cli("rouge", "--pred", str(pred), "--ref", str(ref), "--json")
+        assert out.returncode == 0, out.stderr
+        assert all(s[m] == 1.0 for s in json.loads(out.stdout).values() for m in MEASURES)
+    # lines pair up one to one: the same words with a space for the '\r' score the same
+    spaced = write(tmp_path, "spaced.txt", [t.replace("\r", " ") for t in CR_LINES])
+    out = run_cli("bleu", "--pred", str(lf), "--ref", spaced, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["score"] == pytest.approx(100.0)
+    out = run_cli("distinct", "--pred", str(crlf), "--n", "1", "--json")
+    assert json.loads(out.stdout) == {"distinct-1": E.distinct_n(CR_LINES, 1)}
+
+
+def test_cli_other_line_breaks_stay_inside_a_line(tmp_path):
+    """U+2028, U+2029, \x0c, \x1c and \x85 are not line ends (str.splitlines says they are)."""
+    texts = ["the cat\u2028sat", "on\x0cthe mat", "a\x1cdog\x85ran", "far\u2029away"]
+    pred = write(tmp_path, "pred.txt", texts)
+    ref = write(tmp_path, "ref.txt", [" ".join(t.split()) for t in texts])
+    out = run_cli("rouge", "--pred", pred, "--ref", ref, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["rouge1"]["fmeasure"] == 1.0
+
+
+# ----------------------------------------------------------------------------- lead baseline
+
+def test_lead_takes_the_first_words():
+    source = " ".join(f"w{i}" for i in range(30))
+    assert E.lead([source]) == [" ".join(f"w{i}" for i in range(12))]        # 12 by default
+    assert E.lead([source, "  a\tb  c ", ""], n_words=2) == ["w0 w1", "a b", ""]
+    assert E.lead(["short one"], n_words=12) == ["short one"]
+    with pytest.raises(ValueError):
+        E.lead(["a"], n_words=0)
+    with pytest.raises(TypeError):
+        E.lead("a b c")
+    # a source that IS its reference (12 words or fewer): the lead baseline is perfect
+    refs = ["the cat sat on the mat", "a dog ran far away today"]
+    scores = E.rouge(E.lead(refs), refs)
+    assert all(scores[t][m] == 1.0 for t in E.ROUGE_TYPES for m in MEASURES)
+    # longer sources: only the first words count, so recall drops and precision stays 1
+    long_src = [r + " and then many other words came" for r in refs]
+    s = E.rouge(E.lead(long_src, n_words=6), refs)["rouge1"]
+    assert s["precision"] == s["recall"] == 1.0
+    s = E.rouge(E.lead(long_src, n_words=3), refs)["rouge1"]
+    assert s["precision"] == 1.0 and s["recall"] == 0.5
+
+
+def test_cli_lead_prints_what_rouge_prints(tmp_path):
+    pairs = real_pairs(random.Random(21), 10)
+    srcs = [p.replace("\n", " ") for p, _ in pairs]
+    refs = [r.replace("\n", " ") for _, r in pairs]
+    s, r = write(tmp_path, "test.src", srcs), write(tmp_path, "test.tgt", refs)
+    for words in (12, 5):
+        leads = write(tmp_path, f"lead{words}.txt", E.lead(srcs, words))
+        for extra in ([], ["--stem"], ["--json"], ["--bootstrap", "20"]):
+            flags = ["--words", str(words)] if words != 12 else []
+            out = run_cli("lead", "--src", s, "--ref", r, *flags, *extra)
+            want = run_cli("rouge", "--pred", leads, "--ref", r, *extra)
+            assert out.returncode == want.returncode == 0, out.stderr + want.stderr
+            assert out.stdout == want.stdout                   # the same numbers, the same table
+    out = run_cli("lead", "--src", s, "--ref", r, "--words", "5", "--stem", "--json")
+    assert _nested_close(json.loads(out.stdout), E.rouge(E.lead(srcs, 5), refs, stem=True))

@@ -2,17 +2,20 @@
 fine-tuning layout == decoding loop (teacher-forced log-probs agree), and the command line."""
 import json
 import math
+import os
 import random
+import shlex
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
+import evaluate as E
 import generate as G
+import utils
 from objectives import get_objective
 from tests.helpers import tiny_model
 from tokenizer import SPECIAL_TOKENS, WordPiece
@@ -294,16 +297,50 @@ def test_beam_one_equals_greedy_on_tables(seed):
     assert [h[0][1] for h in g] == pytest.approx([h[0][1] for h in b])
 
 
-# --- command line and checkpoints ---------------------------------------------------------------------------------
+# --- command line and checkpoints -------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def save_checkpoint(path, name="unilm"):
+    """train.py's format through utils.save_checkpoint: tensors and plain values only (the RNG
+    states as a tensor and a tuple of ints), so utils.read_checkpoint loads it as data."""
     model = make_model(name)
-    # train.py's format, RNG states included (numpy arrays: not loadable with weights_only=True)
-    torch.save({"model": model.state_dict(), "model_config": model.config.to_dict(), "vocab": TOK.vocab,
-                "lowercase": True, "objective": name, "objective_options": {}, "task": "seq2seq",
-                "rng": dict(python=random.getstate(), numpy=np.random.get_state())}, path)
+    utils.save_checkpoint(path, {
+        "model": model.state_dict(), "model_config": model.config.to_dict(), "vocab": TOK.vocab,
+        "lowercase": True, "objective": name, "objective_options": {}, "task": "seq2seq",
+        "rng": dict(python=random.getstate(), torch=torch.get_rng_state())})
     return model
+
+
+class Exploit:
+    """Unpickling this runs a shell command: what torch.load(weights_only=False) would do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
+
+
+def save_exploit(path, marker):
+    """A checkpoint with every expected key, and one value that runs code when unpickled."""
+    torch.save({"model": {}, "model_config": {}, "vocab": [], "objective": "unilm",
+                "task": "seq2seq", "rng": Exploit(marker)}, path)
+
+
+def run_script(*args):
+    """python generate.py ... in the repository, as a user runs it."""
+    return subprocess.run([sys.executable, "generate.py", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(proc, prog="generate.py"):
+    """Exit status 2 and exactly one line on stderr, `prog: error: ...`, no traceback."""
+    lines = proc.stderr.strip().split("\n")
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
@@ -314,47 +351,169 @@ def test_cli_round_trip_keeps_blank_lines(tmp_path, suffix):
     inp, out = tmp_path / f"in{suffix}", tmp_path / "out.txt"
     lines = [json.dumps({"src": t}) if suffix == ".jsonl" and t.strip() else t for t in texts]
     inp.write_text("\n".join(lines) + "\n")
-    G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "3", "--max_len", "6",
-            "--device", "cpu"])
+    G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "3",
+            "--max_len", "6", "--device", "cpu"])
     got = out.read_text().split("\n")[:-1]
     assert len(got) == len(texts) and got[1] == got[3] == ""
     loaded, tok, obj = G.load_checkpoint(str(ckpt))
-    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert all(torch.equal(p, q)
+               for p, q in zip(model.state_dict().values(), loaded.state_dict().values()))
     want = G.generate_text(loaded, tok, obj, texts, beam_size=3, max_len=6)
     assert got == want and all(got[i] for i in (0, 2, 4))
     # --no_cache and n-best: the same best line, then a JSON list of hypotheses with scores
-    G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "3", "--max_len", "6",
-            "--no_cache", "--n_best", "2"])
+    G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "3",
+            "--max_len", "6", "--no_cache", "--n_best", "2"])
     rows = out.read_text().split("\n")[:-1]
-    assert rows[1] == "" and [json.loads(rows[i])[0]["text"] for i in (0, 2, 4)] == [want[i] for i in (0, 2, 4)]
+    assert rows[1] == ""
+    assert [json.loads(rows[i])[0]["text"] for i in (0, 2, 4)] == [want[i] for i in (0, 2, 4)]
     assert all(len(json.loads(rows[i])) == 2 for i in (0, 2, 4))
+    assert not list(tmp_path.glob("*.tmp"))                       # atomic_write left no temp file
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_cli_splits_lines_on_newline_only(tmp_path, suffix, capsys):
+    """U+2028, U+2029, \x0c, \x1c, \x85 and a '\r' inside a line do not split it (str.splitlines
+    would): one output line per input line, a CRLF ending is stripped, and evaluate.py pairs the
+    output with the input line by line."""
+    ckpt = tmp_path / "model.pt"
+    save_checkpoint(ckpt)
+    texts = ["w1 w2\u2028w3", "w4\x0cw5 w6", "", "w7\x1cw8\x85w9", "w10\rw11", "w12 w13\u2029"]
+    # ensure_ascii=False: U+2028, U+2029 and \x85 stay raw inside the JSON strings
+    lines = [json.dumps({"src": t}, ensure_ascii=False) if suffix == ".jsonl" and t else t
+             for t in texts]
+    inp, out = tmp_path / f"in{suffix}", tmp_path / "out.txt"
+    # the last line ends in CRLF (a Windows editor): its '\r' is not part of the text
+    inp.write_bytes(("\n".join(lines) + "\r\n").encode("utf-8"))
+    assert G.read_sources(str(inp)) == texts
+    G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "2",
+            "--max_len", "5", "--device", "cpu"])
+    got = out.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(got) == len(texts) and got[2] == ""
+    loaded, tok, obj = G.load_checkpoint(str(ckpt))
+    assert got == G.generate_text(loaded, tok, obj, texts, beam_size=2, max_len=5)
+    # evaluate.py reads both files by the same rule: as many predictions as references
+    capsys.readouterr()
+    E.main(["rouge", "--pred", str(out), "--ref", str(inp), "--json"])
+    assert set(json.loads(capsys.readouterr().out)) == set(E.ROUGE_TYPES)
 
 
 def test_cli_errors_are_clean(tmp_path, capsys):
-    root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, "generate.py", "--ckpt", str(tmp_path / "nope.pt"), "--input",
-                          str(tmp_path / "in.txt"), "--output", str(tmp_path / "o.txt")],
-                         cwd=root, capture_output=True, text=True)
-    assert run.returncode == 2 and "checkpoint not found" in run.stderr and "Traceback" not in run.stderr
+    run = run_script("--ckpt", tmp_path / "nope.pt", "--input", tmp_path / "in.txt",
+                     "--output", tmp_path / "o.txt")
+    assert run.returncode == 2 and "checkpoint not found" in run.stderr
+    assert_one_line_error(run)
     ckpt = tmp_path / "model.pt"
     save_checkpoint(ckpt, "palm")
     with pytest.raises(SystemExit) as e:
-        G.main(["--ckpt", str(ckpt), "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o")])
+        G.main(["--ckpt", str(ckpt), "--input", str(tmp_path / "missing.txt"),
+                "--output", str(tmp_path / "o")])
     assert e.value.code == 2 and "input not found" in capsys.readouterr().err
     torch.save({"model": {}}, tmp_path / "bad.pt")
-    with pytest.raises(ValueError, match="missing keys"):
+    with pytest.raises(utils.UsageError, match="missing keys"):
         G.load_checkpoint(str(tmp_path / "bad.pt"))
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="cannot read"):
+    with pytest.raises(utils.UsageError, match="cannot read"):
         G.load_checkpoint(str(tmp_path / "junk.pt"))
+
+
+def test_checkpoint_that_does_not_fit_is_one_line(tmp_path):
+    """Every key there, but weights of another shape: one line, not load_state_dict's page."""
+    model = make_model("unilm")
+    state = {"model": {"tok_emb.weight": torch.zeros(3, 3)},
+             "model_config": model.config.to_dict(), "vocab": TOK.vocab, "objective": "unilm"}
+    utils.save_checkpoint(tmp_path / "other.pt", state)
+    with pytest.raises(utils.UsageError, match="does not fit") as e:
+        G.load_checkpoint(str(tmp_path / "other.pt"))
+    assert "\n" not in str(e.value)
+
+
+def test_malicious_checkpoint_is_refused_not_run(tmp_path):
+    """A checkpoint is data: a pickle that would run code is refused with one line, exit 2."""
+    evil, marker = tmp_path / "evil.pt", tmp_path / "MARKER"
+    save_exploit(evil, marker)
+    # the file is a real exploit: the old way of loading it (weights_only=False) runs the command
+    torch.load(evil, weights_only=False)
+    assert marker.exists()
+    marker.unlink()
+    inp = tmp_path / "in.txt"
+    inp.write_text("w1 w2\n")
+    run = run_script("--ckpt", evil, "--input", inp, "--output", tmp_path / "o.txt")
+    assert_one_line_error(run)
+    assert "refused" in run.stderr and str(evil) in run.stderr
+    assert not marker.exists() and not (tmp_path / "o.txt").exists()
+    with pytest.raises(utils.UsageError, match="refused"):
+        G.load_checkpoint(str(evil))
+    assert not marker.exists()
+
+
+def bad_flags(tmp_path):
+    """(extra flags, words the message must hold): each is a user mistake, caught up front."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x\n")
+    return [
+        (["--beam", "0"], "--beam"),
+        (["--max_len", "-1"], "--max_len"),
+        (["--max_len", "0"], "--max_len"),
+        (["--min_len", "-1"], "--min_len"),
+        (["--min_len", "9", "--max_len", "8"], "--min_len"),
+        (["--n_best", "0"], "--n_best"),
+        (["--n_best", "3", "--beam", "2"], "--n_best"),
+        (["--batch_size", "0"], "--batch_size"),
+        (["--no_repeat_ngram", "-1"], "--no_repeat_ngram"),
+        (["--length_penalty", "nan"], "--length_penalty"),
+        (["--length_penalty=-inf"], "--length_penalty"),
+        (["--device", "tpu"], "--device"),
+        (["--input", str(empty)], "empty"),
+        (["--input", str(tmp_path)], "input not found"),
+        (["--output", str(tmp_path)], "is a directory"),
+        (["--output", str(a_file / "sub" / "o.txt")], "a_file is a file"),
+        (["--max_len", "70"], "no room"),              # longer than the model's max_position 64
+    ]
+
+
+def test_cli_bad_flags_one_line_exit_2(tmp_path, capsys):
+    ckpt, inp = tmp_path / "model.pt", tmp_path / "in.txt"
+    save_checkpoint(ckpt)
+    inp.write_text("w1 w2\n")
+    base = ["--ckpt", str(ckpt), "--input", str(inp), "--output", str(tmp_path / "o.txt"),
+            "--device", "cpu"]
+    for flags, words in bad_flags(tmp_path):
+        with pytest.raises(SystemExit) as e:
+            G.main(base + flags)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, (flags, err)
+        assert err.startswith("generate.py: error: ") and words in err, (flags, err)
+    assert not (tmp_path / "o.txt").exists()
+
+
+def test_cli_bad_flags_through_the_script(tmp_path):
+    """A handful of the above as a user runs them (beam 0 and max_len -1 were tracebacks)."""
+    ckpt, inp = tmp_path / "model.pt", tmp_path / "in.txt"
+    save_checkpoint(ckpt)
+    inp.write_text("w1 w2\n")
+    base = ["--ckpt", ckpt, "--input", inp, "--output", tmp_path / "o.txt"]
+    cases = [["--beam", "0"], ["--max_len", "-1"], ["--length_penalty", "inf"],
+             ["--device", "tpu"], ["--max_len", "70"]]
+    # in parallel: each start imports torch
+    procs = [subprocess.Popen([sys.executable, "generate.py", *map(str, base + flags)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for flags in cases]
+    for flags, proc in zip(cases, procs):
+        _, stderr = proc.communicate(timeout=120)
+        assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr))
+        assert flags[0] in stderr or "no room" in stderr, (flags, stderr)
 
 
 def test_checkpoint_of_a_compiled_or_ddp_model_loads(tmp_path):
     model = make_model("palm")
     torch.save({"model": {"module._orig_mod." + k: v for k, v in model.state_dict().items()},
-                "model_config": model.config.to_dict(), "vocab": TOK.vocab, "objective": "palm"}, tmp_path / "c.pt")
+                "model_config": model.config.to_dict(), "vocab": TOK.vocab, "objective": "palm"},
+               tmp_path / "c.pt")
     loaded, tok, obj = G.load_checkpoint(str(tmp_path / "c.pt"))
-    assert obj.name == "palm" and obj.query_token is None and len(tok) == len(TOK) and not loaded.training
+    assert obj.name == "palm" and obj.query_token is None and len(tok) == len(TOK)
+    assert not loaded.training
     srcs = sources()
     kw = dict(beam_size=2, max_len=8)
     assert G.generate(loaded, obj, srcs, **kw) == G.generate(model, obj, srcs, **kw)

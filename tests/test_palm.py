@@ -155,7 +155,7 @@ def test_seq2seq_layout_written_out(tok):
     m1 = b.attn_mask[1]
     assert torch.equal(m1[real1][:, real1], masks.seq2seq([3], [7], 7)[0])
     assert not m1[~real1].any() and not m1[:, ~real1].any()
-    assert b.extras["copy_mask"].tolist() == [[False, True, True, True, False], [False, True, False, False, False]]
+    assert obj.copy_mask(b).tolist() == [[False, True, True, True, False], [False, True, False, False, False]]
 
 
 def test_training_layout_is_the_decoding_loop(tok):
@@ -164,7 +164,7 @@ def test_training_layout_is_the_decoding_loop(tok):
     obj = get_objective("palm", tok, task="seq2seq")
     examples = [([40, 41, 42, 43], [50, 51, 52]), ([44, 45], [53, 54, 55, 56])]
     batch = obj.make_batch(examples, random.Random(0))
-    S_max = batch.extras["copy_mask"].size(1)
+    S_max = batch.extras["source_width"]
     with torch.no_grad():
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
         logp_train, _, _ = obj.pointer_outputs(model, batch)
@@ -193,15 +193,20 @@ def test_bad_inputs_are_skipped_and_counted(tok):
     assert obj.skipped == {"passage too short for a context and a continuation": 2}
     assert b.input_ids.size(0) == 2 and int(b.position_ids.max()) < 16     # the long one: truncated, not skipped
     assert int((b.labels[1] != -100).sum()) > 0
-    with pytest.raises(ValueError, match="every example"):
-        obj.make_batch([[[30]]], random.Random(0))
+    # every example skipped: an empty batch, whose loss is a zero that reaches every parameter (the one policy)
+    empty = obj.make_batch([[[30]]], random.Random(0))
+    assert len(empty) == 0
+    model = tiny_model(len(tok), copy_head=True)
+    loss, _ = obj.loss(model, empty)
+    loss.backward()
+    assert loss.item() == 0.0 and all(p.grad is not None for p in model.parameters())
     s2s = get_objective("palm", tok, task="seq2seq", max_len=16)
     with pytest.warns(UserWarning, match="truncated"):
         b = s2s.make_batch([([30, 31], []), ([30] * 40, [31] * 5), ([], [32] * 40)], random.Random(0))
     assert s2s.skipped == {"empty target": 1}
     assert b.input_ids.size(0) == 2 and int(b.position_ids.max()) < 16
     # the source gives way first (40 -> 16 - 3 - 5 = 8 tokens); a target that cannot fit alone is cut to 13 + [EOS]
-    assert b.extras["copy_mask"].size(1) == 10
+    assert b.extras["source_width"] == 10
     assert (b.labels[0] != -100).sum() == 6 and (b.labels[1] != -100).sum() == 14
     with pytest.raises(ValueError, match="unknown option"):
         get_objective("palm", tok, stage_frac=0.1)
@@ -218,29 +223,29 @@ def test_determinism_and_masking_rate(tok, passages):
     b1, b2 = obj.make_batch(ex, random.Random(3)), obj.make_batch(ex, random.Random(3))
     for k in ("input_ids", "position_ids", "segment_ids", "attn_mask", "labels"):
         assert torch.equal(getattr(b1, k), getattr(b2, k))
-    S = b1.extras["copy_mask"].size(1)
+    S = b1.extras["source_width"]
     n_ctx = int(b1.attn_mask[:, :S].any(-1).sum()) - 2 * 16
     n_masked = int((b1.labels[:, :S] != -100).sum())
     assert abs(n_masked / n_ctx - 0.15) < 0.02
     # the copy support excludes [MASK] and the other special tokens
-    copy_ids = b1.input_ids[:, :S][b1.extras["copy_mask"]]
+    copy_ids = b1.input_ids[:, :S][obj.copy_mask(b1)]
     assert not torch.isin(copy_ids, torch.tensor(sorted(tok.special_ids))).any()
     assert (b1.input_ids[:, :S] == tok.mask_id).sum() > 0
 
 
 # --- leakage by autograd -------------------------------------------------------------------------------------------
 
-def copy_head_gradients(model, batch, b, t, probe):
+def copy_head_gradients(model, obj, batch, b, t, probe):
     """|d probe(row t of example b's continuation) / d input embedding j| through the backbone AND the copy head.
 
     probe: "logp" (the mixture log P), "alpha" (the copy attention alone) or "lambda" (the gate alone).
     """
     x = model.embed(batch.input_ids, batch.position_ids, batch.segment_ids).detach().requires_grad_(True)
     h = model.encode(x, batch.position_ids, batch.attn_mask)
-    S = batch.extras["copy_mask"].size(1)
+    S = batch.extras["source_width"]
     s = h[:, S:]
     logp, lam, alpha = model.copy_head(model.lm_logits(s), s, h[:, :S], batch.input_ids[:, :S],
-                                       batch.extras["copy_mask"])
+                                       obj.copy_mask(batch))
     y = dict(logp=logp, alpha=alpha, **{"lambda": lam[..., None]})[probe][b, t]
     g = torch.Generator().manual_seed(t)
     (grad,) = torch.autograd.grad((y * torch.randn(y.shape, generator=g)).sum(), x)
@@ -252,7 +257,7 @@ def test_no_leakage(tok, passages):
     obj = get_objective("palm", tok)
     obj.set_step(1, 1)
     batch = obj.make_batch(passages["train"][:3], random.Random(0))
-    S = batch.extras["copy_mask"].size(1)
+    S = batch.extras["source_width"]
     L = batch.input_ids.size(1)
     real = batch.attn_mask.any(-1)
     for b in range(3):
@@ -264,13 +269,13 @@ def test_no_leakage(tok, passages):
         T = int(real[b, S:].sum())
         for t in range(T):
             for probe in ("logp", "alpha", "lambda"):
-                g, alpha = copy_head_gradients(model, batch, b, t, probe)
+                g, alpha = copy_head_gradients(model, obj, batch, b, t, probe)
                 assert torch.all(g[S + t + 1:] == 0), (b, t)
                 assert torch.all(g[:S][~real[b, :S]] == 0)
                 assert g[S + t] > 0 and g[:S].sum() > 0
         # the copy attention covers the context positions only, and only its copyable ones
         assert alpha.shape[-1] == S < L
-        assert torch.all(alpha[b][:, ~batch.extras["copy_mask"][b]] == 0)
+        assert torch.all(alpha[b][:, ~obj.copy_mask(batch)[b]] == 0)
         torch.testing.assert_close(alpha[b, :T].sum(-1), torch.ones(T))
 
 
@@ -291,7 +296,7 @@ def test_stage_switch_and_losses_fall(tok, passages):
         loss.backward()
         opt.step()
         log.append({k: float(v) for k, v in metrics.items()})
-        S = batch.extras["copy_mask"].size(1)
+        S = batch.extras["source_width"]
         assert (batch.input_ids.size(1) == S) == (step < 25)       # stage 1: no continuation in the batch
     assert [m["stage"] for m in log] == [1] * 25 + [2] * 25          # 0.5 x 50 = 25 steps of stage 1
     assert "loss_ar" not in log[0] and 0 < log[-1]["lambda_mean"] < 1

@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from objectives import get_objective, masks
+from objectives import Example, get_objective, masks
 from objectives.masks import CTX, ORIG, PAD, PSEUDO
 from objectives.pmlm import blockwise_masking
 from tests.helpers import input_gradients, reachable, tiny_model
@@ -64,7 +64,7 @@ def test_paper_example_equals_figure_5(tok):
     # L_AE at the [M] slots (Eq. 3), L_PAR at the [P]s (Eq. 5); appended originals predict nothing
     assert batch.labels[0].tolist() == [-100, 12, -100, 14, 15, -100, -100, -100, 14, 15, -100, 12]
     assert batch.attn_mask[0].int().tolist() == FIGURE_5
-    assert torch.equal(batch.attn_mask[0], masks.pseudo_masked(batch.extras["kind"], batch.extras["block"])[0])
+    assert torch.equal(batch.attn_mask[0], masks.pseudo_masked(batch.kind, batch.block)[0])
 
 
 def test_a_kept_slot_leaves_the_par_factorization(tok):
@@ -76,7 +76,7 @@ def test_a_kept_slot_leaves_the_par_factorization(tok):
     assert batch.input_ids[0].tolist() == [11, M, 13, M, 15, 16, 14, P, 12, P]
     assert batch.position_ids[0].tolist() == [0, 1, 2, 3, 4, 5, 3, 3, 1, 1]
     assert batch.labels[0].tolist() == [-100, 12, -100, 14, 15, -100, -100, 14, -100, 12]
-    assert batch.extras["block"][0].tolist() == [0] * 6 + [1, 1, 2, 2]
+    assert batch.block[0].tolist() == [0] * 6 + [1, 1, 2, 2]
 
 
 def test_appended_order_does_not_matter(tok, passages):
@@ -84,10 +84,11 @@ def test_appended_order_does_not_matter(tok, passages):
     obj = pmlm(tok)
     model = tiny_model(len(tok), rel_pos_buckets=32)
     rng = random.Random(3)
-    row = obj._pretrain_example(passages["valid"][5], rng)
-    n, L = row["kind"].count(CTX), len(row["kind"])
+    row = obj.pretrain_example(passages["valid"][5], rng)
+    n, L = row.kind.count(CTX), len(row.kind)
     perm = list(range(n)) + [n + i for i in torch.randperm(L - n, generator=torch.Generator().manual_seed(0)).tolist()]
-    shuffled = {k: [v[i] for i in perm] for k, v in row.items()}
+    shuffled = Example(*([getattr(row, k)[i] for i in perm] for k in
+                         ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")))
     a, b = obj.collate([row]), obj.collate([shuffled])
     h_a = model(a.input_ids, a.position_ids, a.segment_ids, a.attn_mask)
     h_b = model(b.input_ids, b.position_ids, b.segment_ids, b.attn_mask)
@@ -103,7 +104,7 @@ def test_no_leakage_by_autograd(tok, passages, seed):
     obj = pmlm(tok)
     model = tiny_model(len(tok), n_layer=3, rel_pos_buckets=32)
     batch = draw(obj, passages["valid"], seed, size=3)
-    kind, block = batch.extras["kind"], batch.extras["block"]
+    kind, block = batch.kind, batch.block
     n_par = n_earlier = 0
     for b in range(batch.input_ids.size(0)):
         k, blk = kind[b], block[b]
@@ -148,7 +149,7 @@ def test_no_par_query_can_reach_its_own_or_a_future_original(tok, passages):
     for seed in range(25):
         batch = draw(obj, passages["train"], seed, size=8)
         reach = reachable(batch.attn_mask, 4)      # the longest path is [P] -> earlier original -> context
-        kind, block, ids, pos = batch.extras["kind"], batch.extras["block"], batch.input_ids, batch.position_ids
+        kind, block, ids, pos = batch.kind, batch.block, batch.input_ids, batch.position_ids
         for b in range(ids.size(0)):
             orig = {int(p): int(t) for p, t, k in zip(pos[b], ids[b], kind[b]) if k == ORIG}     # position -> x_p
             step = {int(p): int(r) for p, r, k in zip(pos[b], block[b], kind[b]) if k == ORIG}
@@ -209,7 +210,7 @@ def test_batches_never_mask_special_tokens(tok, passages):
     for seed in range(10):
         batch = draw(obj, passages["train"], seed, size=8)
         for b in range(batch.input_ids.size(0)):
-            ctx = batch.extras["kind"][b] == CTX
+            ctx = batch.kind[b] == CTX
             ids, labels, segs = batch.input_ids[b][ctx], batch.labels[b][ctx], batch.segment_ids[b][ctx]
             assert ids[0] == tok.sos_id and ids[-1] == tok.eos_id
             n_eos = int((ids == tok.eos_id).sum())
@@ -241,7 +242,7 @@ def test_pseudo_tokens_get_the_bias_row_of_their_token(tok, passages):
     batch = draw(obj, passages["valid"], 1)
     bias = model.rel_bias(batch.position_ids, batch.position_ids)            # (B, H, L, L)
     checked = 0
-    for b, r in (batch.extras["kind"] >= ORIG).nonzero().tolist():           # appended originals and [P]s
+    for b, r in (batch.kind >= ORIG).nonzero().tolist():           # appended originals and [P]s
         slot = int(batch.position_ids[b, r])                                  # the context slot it stands for
         assert torch.equal(bias[b, :, r], bias[b, :, slot])
         checked += 1
@@ -310,7 +311,7 @@ def test_seq2seq_target_noise(tok, pairs):
     how = collections.Counter()
     for seed in range(5):
         batch = draw(obj, pairs["train"], seed, size=16)
-        kind, labels = batch.extras["kind"], batch.labels
+        kind, labels = batch.kind, batch.labels
         for b in range(batch.input_ids.size(0)):
             visible, queries = batch.input_ids[b][kind[b] == ORIG], batch.input_ids[b][kind[b] == PSEUDO]
             clean = labels[b][kind[b] == PSEUDO]                              # labels stay the clean target
@@ -325,7 +326,7 @@ def test_seq2seq_no_leakage_by_autograd(tok, pairs):
     obj = get_objective("pmlm", tok, task="seq2seq")
     model = tiny_model(len(tok), n_layer=3, rel_pos_buckets=32)
     batch = draw(obj, pairs["valid"], 0, size=2)
-    kind, block = batch.extras["kind"], batch.extras["block"]
+    kind, block = batch.kind, batch.block
     for b in range(2):
         k, blk = kind[b], block[b]
         for q in (k == PSEUDO).nonzero().flatten().tolist():

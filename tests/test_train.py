@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import train
+from utils import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "tiny", "--n_layer", "1", "--n_embd", "32", "--n_head", "2", "--ffn_dim", "64",
@@ -66,19 +67,19 @@ def test_checkpoint_is_complete_and_loss_falls(tmp_path, corpus):
 
 
 def test_unknown_setting_is_refused():
-    with pytest.raises(SystemExit, match="unknown setting --n_layers"):
+    with pytest.raises(UsageError, match="unknown setting --n_layers"):
         train.main(["--n_layers", "3"])
-    with pytest.raises(SystemExit, match="choose one of"):
+    with pytest.raises(UsageError, match="choose one of"):
         train.main(["--objective", "gpt"])
-    with pytest.raises(SystemExit, match="expects a int"):
+    with pytest.raises(UsageError, match="expects a int"):
         train.main(["--max_steps", "many"])
 
 
 def test_incompatible_checkpoint_is_refused_with_the_difference(tmp_path, corpus):
     run(["--objective", "unilm", "--max_steps", "2"], tmp_path, corpus, "a")
-    with pytest.raises(SystemExit, match="n_layer: checkpoint 1 vs now 2"):
+    with pytest.raises(UsageError, match="n_layer: checkpoint 1 vs now 2"):
         run(["--objective", "unilm", "--max_steps", "4", "--resume", "--n_layer", "2"], tmp_path, corpus, "a")
-    with pytest.raises(SystemExit, match="was a unilm/pretrain run"):
+    with pytest.raises(UsageError, match="was a unilm/pretrain run"):
         run(["--objective", "pmlm", "--max_steps", "4", "--resume"], tmp_path, corpus, "a")
 
 

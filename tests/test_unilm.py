@@ -58,7 +58,7 @@ def test_batch_layout_per_lm(tok, passages, lm):
         row = orig[b, :n].tolist()
         eos = [i for i, t in enumerate(row) if t == tok.eos_id]
         assert row[0] == tok.sos_id and eos[-1] == n - 1
-        assert batch.position_ids[b].tolist() == list(range(L))
+        assert batch.position_ids[b].tolist() == list(range(n)) + [0] * (L - n)     # padding at position 0
         assert (batch.input_ids[b, n:] == tok.pad_id).all() and (batch.labels[b, n:] == -100).all()
         if lm in ("left_to_right", "right_to_left"):           # one text: [SOS] x [EOS]
             assert len(eos) == 1 and row[1:-1] == flat(passage)
