@@ -1,6 +1,6 @@
 """Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs (seq2seq).
 
-Every objective consumes the same two kinds of example (DESIGN.md, "Contracts"):
+Every objective consumes the same two kinds of example (docs/how-it-fits-together.md, "Contracts"):
   pretrain  one contiguous passage of a document: a list of sentences, each a list of token ids
             (UniLM Sec. 2.3 samples "segments" from such text; the objective decides how to cut it)
   seq2seq   (src_ids, tgt_ids)

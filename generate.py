@@ -1,5 +1,5 @@
 """Greedy and beam search with a KV cache: ONE incremental decoder for every objective
-(DESIGN.md "Decoding").
+(docs/how-it-fits-together.md, "Contracts").
 
 Seq2seq layout (objectives/__init__.py): the source `[SOS] src [EOS]` sits at positions 0..S-1
 with segment segments[0]; the target part at positions S, S+1, ... with segment segments[1]. The

@@ -77,6 +77,8 @@ PRESETS = {
     "small": dict(n_layer=6, n_head=8, n_embd=512, ffn_dim=2048, max_position=512),
     # the papers' BASE: 12 layers, 768 wide, 12 heads, 3072 FFN (UniLM 2.1, UniLMv2 4.1, ERNIE-GEN 4, PALM 3.1)
     "base": dict(n_layer=12, n_head=12, n_embd=768, ffn_dim=3072, max_position=512),
+    # the papers' LARGE: 24 layers, 1024 wide, 16 heads, 4096 FFN (UniLM-large, UniLMv2-large, ERNIE-GEN large)
+    "large": dict(n_layer=24, n_head=16, n_embd=1024, ffn_dim=4096, max_position=512),
 }
 
 ATTN_IMPLS = ("naive", "sdpa")

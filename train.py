@@ -92,6 +92,7 @@ class TrainConfig:
 SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval", "eval_batches",
                   "ckpt_interval", "device", "compile", "cache_dir", "progress", "overwrite"}
 SAFE_MODEL_ON_RESUME = {"attn_impl"}
+PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
 # the model shapes a checkpoint fixes
 SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_position", "n_segment",
               "rel_pos_buckets", "rel_pos_max_distance")
@@ -251,8 +252,9 @@ def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
     if diffs:
         raise UsageError(f"{path}: a resumed run keeps its settings, and these differ: {'; '.join(diffs)}. "
                          f"Safe to change on --resume: {sorted(SAFE_ON_RESUME | SAFE_MODEL_ON_RESUME)}")
-    # the safe settings belong to this invocation (a --stop_at of the first one must not stop the second)
-    merged = {**saved, **{k: getattr(cfg, k) for k in SAFE_ON_RESUME}}
+    # safe settings given again win; the ones that only steer one invocation (a --stop_at of the first run must
+    # not stop the second) are this invocation's, given or not
+    merged = {**saved, **{k: getattr(cfg, k) for k in SAFE_ON_RESUME if k in given or k in PER_INVOCATION}}
     return TrainConfig(**merged), dict(ckpt["objective_options"])
 
 
@@ -345,6 +347,9 @@ def model_settings(cfg, model_flags, ckpt):
         model_dict.update(ckpt["model_config"])
         model_dict.update({k: v for k, v in needs.items() if k not in SHAPE_KEYS})
     model_dict.update(model_flags)
+    needed = objective_class(cfg.objective).n_segments
+    if model_dict.get("n_segment", needed) < needed:
+        raise UsageError(f"--n_segment {model_dict['n_segment']}: {cfg.objective} uses {needed} segment ids")
     return model_dict
 
 
@@ -369,8 +374,6 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
                                   label_smoothing=cfg.label_smoothing, **obj_opts)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if model_cfg.n_segment < objective.n_segments:
-        raise UsageError(f"--n_segment {model_cfg.n_segment}: {cfg.objective} uses {objective.n_segments} segment ids")
     if ckpt is not None:
         check_compatible(ckpt, model_cfg, tok, cfg.init_from or out_dir_of(cfg) / "ckpt.pt")
     model = M.Transformer(model_cfg).to(dist_.device)
@@ -613,9 +616,9 @@ def checkpoint(run, model_cfg):
     if run.dist.master:
         save_checkpoint(run.ckpt_path, dict(
             model=run.model.state_dict(), model_config=model_cfg.to_dict(), vocab=run.tok.vocab,
-            lowercase=run.tok.lowercase, objective=run.cfg.objective, objective_options=run.obj_opts,
+            lowercase=run.tok.lowercase, objective=run.cfg.objective, objective_options=run.objective.opts,
             task=run.cfg.task, train_config=asdict(run.cfg), optimizer=run.optimizer.state_dict(),
-            step=run.step, data_state=states, world=run.dist.world,
+            step=run.step, data_state=states,
             rng=dict(python=random.getstate(), torch=torch.get_rng_state())))
 
 
@@ -727,8 +730,8 @@ def main(argv):
     torch.manual_seed(cfg.seed)
     # 3. start point
     ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given)
-    if ckpt is not None and cfg.resume and ckpt.get("world", 1) != dist_.world:
-        raise UsageError(f"the run was trained on {ckpt.get('world', 1)} process(es); resume it on as many")
+    if ckpt is not None and cfg.resume and len(ckpt["data_state"]) != dist_.world:
+        raise UsageError(f"the run was trained on {len(ckpt['data_state'])} process(es); resume it on as many")
     model_dict = model_settings(cfg, model_flags, ckpt)
     resolve_defaults(cfg, model_dict)
     # 4. data
@@ -750,11 +753,15 @@ def main(argv):
         loop(run, model.config, autocast)
         # 8. the end
         finish(run)
+        stopped_by = STOP_SIGNAL[0] if STOP_SIGNAL else None
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
         STOP_SIGNAL.clear()
         cleanup(run)
+    if stopped_by:
+        # the shell's convention for "ended by a signal" (130 for Ctrl-C), after a clean stop and a checkpoint
+        raise SystemExit(128 + signal.Signals[stopped_by].value)
 
 
 def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ckpt):

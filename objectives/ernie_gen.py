@@ -19,21 +19,27 @@ least stays in S'. T = the fragments in passage order (Eq. 1: each one condition
 POSITIONS: every token keeps its position in `[SOS] passage [EOS]`; S' has holes where fragments were and each
 T token and its [ATTN]s sit where the token was. Why: the paper's infilling inserts "[ATTN] along with its
 position", and a fragment is filled in at its place, between the S' words around it (that is how 3.1 makes the
-decoder lean on the encoder); renumbered, S' would not say where anything was removed. Seq2seq fine-tuning is
-then the case of one fragment at the end of the passage: target positions continue after the source, as in
-the decoding loop. The cost: the holes tell the model each fragment's length (as MASS's [MASK] runs do).
+decoder lean on the encoder); renumbered, S' would not say where anything was removed. The cost: the holes tell
+the model each fragment's length (as MASS's [MASK] runs do). Seq2seq fine-tuning is NOT the case of one fragment
+at the end of the passage. Cut s_k+1..s_n from s_1..s_n and pre-training gives S' = [SOS] s_1..s_k [EOS] at
+positions 0..k and n+1, the fragment at k+1..n: the source's [EOS] comes AFTER the target's positions (behind a
+hole of the fragment's length), and the target has no [EOS]. Fine-tuning (the decoding loop's layout) puts the
+source's [EOS] at S-1, BEFORE the target, whose positions S, S+1, ... follow it, and the target ends in an [EOS]
+to predict (the model learns to stop). Pre-training never shows that layout; the masks and the [ATTN] queries
+are the same.
 Noise (3.2): each T' token becomes a uniformly random non-special id with probability rho_p = 0.05 (4.1);
 labels are always the clean T.
-Span flow (3.3): T is cut into spans by greedy lookup in V_span (trigram, then bigram, then unigram from the
-current word; n-grams of WORDS, a word = its pieces; spans never cross a fragment boundary). Without a span
-vocabulary every word is a span (a warning says so). Loss (Eq. 7): lambda L_word + (1 - lambda) L_span, lambda
-0.5 in pre-training, 1.0 in fine-tuning (then no span flow is built). Metrics: loss, loss_word, acc_word, and
-loss_span, acc_span when the span flow is on.
+Span flow (3.3): the spans are sampled "consecutively in T'", the NOISED target, so the noise is drawn first and
+T' is then cut into spans by greedy lookup in V_span (trigram, then bigram, then unigram from the current word;
+n-grams of WORDS, a word = its pieces, so a noised `##` piece joins the word before it; spans never cross a
+fragment boundary). Without a span vocabulary every word is a span (a warning says so).
+Loss (Eq. 7): lambda L_word + (1 - lambda) L_span, lambda 0.5 in pre-training, 1.0 in fine-tuning (then no span
+flow is built). Metrics: loss, loss_word, acc_word, and loss_span, acc_span when the span flow is on.
 
 Fine-tuning: [SOS] src [EOS] at positions 0..S-1 (segment 0), T' = noised (tgt + [EOS]) at S.., its [ATTN]s at
 S.. (segment 1): exactly generate.py's loop with query_token [ATTN]. rho_f defaults to 0.7 (Table 1: SQuAD QG and
-CNN/DM 0.7, Gigaword 0.5 base / 0.6 large; Persona-Chat 0.0). With lam_finetune < 1 the span flow is added, the
-target's [EOS] being a span of its own.
+CNN/DM 0.7, Gigaword 0.5 base / 0.6 large; Persona-Chat 0.0). With lam_finetune < 1 the span flow is added: the
+spans cut in T' without its last token, which (the target's [EOS], or its noised stand-in) is a span of its own.
 
 V_span (3.3): t = (p(w) - prod p(w_i)) / sqrt(p(w)(1 - p(w)) / N) for every bigram and trigram of words within a
 sentence, N = the number of n-grams of that order, p(w_i) = unigram frequencies. Keep the top n_bigrams and
@@ -230,7 +236,7 @@ class ErnieGenObjective(Objective):
         return fragments, lo_hi
 
     def spans(self, ids):
-        """Span ranges [(b, e)] covering ids (one fragment): greedy V_span lookup of whole words (3.3)."""
+        """Span ranges [(b, e)] covering ids (one fragment of T'): greedy V_span lookup of whole words (3.3)."""
         words = word_ranges(ids, self.continuation)
         if self.spans_table is not None:
             sizes = self.spans_table.segment([tuple(ids[a:b]) for a, b in words])
@@ -243,10 +249,14 @@ class ErnieGenObjective(Objective):
         return out
 
     # -- building examples ------------------------------------------------------------------------------------
-    def layout(self, src_ids, src_pos, tgt_ids, tgt_pos, spans, rng):
-        """One Example [S'; T'; A_W; A_S]; spans are 0-based target ranges [(b, e)] covering T."""
+    def noise(self, tgt_ids, rng):
+        """T' (3.2): each token of T replaced by a uniformly random non-special id with probability rho."""
+        return [random_token(self.tok, rng) if rng.random() < self.rho else t for t in tgt_ids]
+
+    def layout(self, src_ids, src_pos, tgt_ids, noised, tgt_pos, spans):
+        """One Example [S'; T'; A_W; A_S]: tgt_ids the clean T (the labels), noised its T' (the input), spans
+        0-based target ranges [(b, e)] covering T', cut in T' (3.3)."""
         S, m, attn = len(src_ids), len(tgt_ids), self.tok.attn_id
-        noised = [random_token(self.tok, rng) if rng.random() < self.rho else t for t in tgt_ids]   # T' (3.2)
         seg_s, seg_t = self.segments
         steps = list(range(1, m + 1))
         ex = Example(input_ids=src_ids + noised + [attn] * m,
@@ -275,17 +285,22 @@ class ErnieGenObjective(Objective):
             self.count_skip("passage too short for a fragment (needs two words)")
             return None
         in_target = [False] * len(ids)
-        tgt_ids, tgt_pos, spans = [], [], []
+        tgt_ids, tgt_pos, ranges = [], [], []
         for w0, w1 in fragments:
             a, b = words[w0][0], words[w1 - 1][1]
             in_target[a:b] = [True] * (b - a)
-            spans += [(len(tgt_ids) + s, len(tgt_ids) + e) for s, e in self.spans(ids[a:b])]
+            ranges.append((len(tgt_ids), len(tgt_ids) + b - a))     # the fragment's range in T
             tgt_ids += ids[a:b]
             tgt_pos += range(a + 1, b + 1)                  # original positions: [SOS] is 0 (see the docstring)
         keep = [k for k in range(len(ids)) if not in_target[k]]
         src_ids = [self.tok.sos_id] + [ids[k] for k in keep] + [self.tok.eos_id]
         src_pos = [0] + [k + 1 for k in keep] + [len(ids) + 1]
-        return self.layout(src_ids, src_pos, tgt_ids, tgt_pos, spans, rng)
+        # the noise first (3.2), then the spans cut in the noised T' (3.3), fragment by fragment
+        noised = self.noise(tgt_ids, rng)
+        spans = []
+        if self.lam < 1:
+            spans = [(f0 + b, f0 + e) for f0, f1 in ranges for b, e in self.spans(noised[f0:f1])]
+        return self.layout(src_ids, src_pos, tgt_ids, noised, tgt_pos, spans)
 
     def seq2seq_example(self, src, tgt, rng):
         src, tgt = [int(t) for t in src], [int(t) for t in tgt]
@@ -297,9 +312,12 @@ class ErnieGenObjective(Objective):
             warn_once(f"ernie_gen: a source + target is longer than max_len={self.max_len}; source truncated")
             src = src[:room]
         S, m = len(src) + 2, len(tgt) + 1
-        spans = self.spans(tgt) + [(m - 1, m)] if self.lam < 1 else []    # the [EOS] is a span of its own
-        return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), tgt + [self.tok.eos_id],
-                           list(range(S, S + m)), spans, rng)
+        target = tgt + [self.tok.eos_id]
+        # the noise first (3.2), then the spans cut in T' (3.3); the last token, the [EOS], is a span of its own
+        noised = self.noise(target, rng)
+        spans = self.spans(noised[:-1]) + [(m - 1, m)] if self.lam < 1 else []
+        return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), target, noised,
+                           list(range(S, S + m)), spans)
 
     # -- Eq. 7 -------------------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):

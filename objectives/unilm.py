@@ -9,7 +9,7 @@ right-to-left 1/6 (weights 2:2:1:1, options `weight_*`; `lm_type` forces one). I
     bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1/S2 cut from the passage at a random sentence boundary
     left/right-to-left       [SOS] x [EOS]             x = the whole passage, ONE text segment as the paper says
                                                        (the official loader packs two segments here: we follow
-                                                       the paper, and the DESIGN table)
+                                                       the paper, and docs/how-it-fits-together.md)
 Segment ids double as LM identifiers (2.1; official ids): bidirectional S1 0 / S2 1, left-to-right 2,
 right-to-left 3, seq2seq source 4 / target 5. Cloze (2.4): 15% of the non-special tokens are predicted,
 n_pred = max(1, round(0.15 * n)) exactly as the official loader counts them; a span starts at a random

@@ -293,6 +293,53 @@ def test_noise_rate_and_clean_labels(tok, pairs):
                 assert batch.labels[b][k[b] == PSEUDO].tolist() == tgt + [tok.eos_id]
 
 
+def greedy_spans(tokens, continuation, ngrams):
+    """3.3 written out: the words of tokens (a piece and the `##` pieces after it), then from the current word the
+    trigram, the bigram, else the unigram that V_span holds -> span token ranges [(b, e)]."""
+    starts = [k for k, t in enumerate(tokens) if k == 0 or t not in continuation]
+    bounds = list(zip(starts, starts[1:] + [len(tokens)]))
+    words = [tuple(tokens[a:b]) for a, b in bounds]
+    out, i = [], 0
+    while i < len(words):
+        n = next((n for n in (3, 2) if i + n <= len(words) and tuple(words[i:i + n]) in ngrams), 1)
+        out.append((bounds[i][0], bounds[i + n - 1][1]))
+        i += n
+    return out
+
+
+def test_spans_are_cut_in_the_noised_target(toy):
+    """3.3 samples the spans "consecutively in T'": with every target token noised, the span flow's blocks follow
+    the V_span lookups on the noised T' (random tokens) and not on the clean T (where no n-gram is in V_span)."""
+    w = lambda text: tuple((i,) for i in ids(toy, text))
+    vocab = SpanVocab([w(f"{x} {y}") for x in "ab" for y in "ab"])     # every bigram of a and b
+    clean = ids(toy, " ".join("efgh"[k % 4] for k in range(160)))     # no a, no b: clean spans are single words
+    cont = frozenset(ids(toy, "today")[1:])                            # ##day: a noised one joins its word
+    n_long = 0
+    pre = get_objective("ernie_gen", toy, rho_p=1.0, span_vocab=vocab)
+    batch = pre.make_batch([[clean]] * 12, random.Random(0))
+    for b in range(12):
+        k = batch.kind[b]
+        noised, starts = batch.input_ids[b][k == ORIG].tolist(), batch.block[b][k == SPAN].tolist()
+        want, f0 = [], 0
+        for run in fragments_of(batch, b):                   # spans never cross a fragment boundary
+            want += [(f0 + s, f0 + e) for s, e in greedy_spans(noised[f0:f0 + len(run)], cont, vocab.ngrams)]
+            f0 += len(run)
+        assert starts == [s + 1 for s, e in want for _ in range(s, e)]
+        n_long += sum(e - s > 1 for s, e in want)
+    assert n_long >= 5                                       # bigrams of the noise (and ##day joining words)
+    # fine-tuning with the span flow: spans cut in T' without its last token, which is a span of its own
+    ft = get_objective("ernie_gen", toy, task="seq2seq", rho_f=1.0, lam_finetune=0.5, span_vocab=vocab)
+    batch = ft.make_batch([(clean[:10], clean[:60])] * 8, random.Random(0))
+    n_long = 0
+    for b in range(8):
+        k = batch.kind[b]
+        noised, starts = batch.input_ids[b][k == ORIG].tolist(), batch.block[b][k == SPAN].tolist()
+        want = greedy_spans(noised[:-1], cont, vocab.ngrams) + [(60, 61)]
+        assert starts == [s + 1 for s, e in want for _ in range(s, e)]
+        n_long += sum(e - s > 1 for s, e in want)
+    assert n_long >= 5
+
+
 def test_default_rates_and_lambda(toy):
     pre, ft = get_objective("ernie_gen", toy), get_objective("ernie_gen", toy, task="seq2seq")
     assert (pre.rho, pre.lam, ft.rho, ft.lam) == (0.05, 0.5, 0.7, 1.0)

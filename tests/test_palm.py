@@ -138,6 +138,80 @@ def test_80_20_statistics_on_the_corpus(passages):
     assert at_boundary / n_long > 0.3                       # many cuts land between sentences
 
 
+def window_of(ex):
+    """(context, continuation) ids of a stage-2 pretrain Example, the context unmasked from its labels."""
+    S = ex.kind.count(masks.CTX)
+    ctx = [y if y != -100 else x for x, y in zip(ex.input_ids[1:S - 1], ex.labels[1:S - 1])]
+    return ctx, ex.input_ids[S + 1:]
+
+
+def test_sliding_window_with_the_stride_of_one_sentence(tok):
+    """3.1: pairs come "by a sliding window with the stride of one sentence": every sentence start of a passage is
+    a window start (drawn with the rng), the window runs to the passage's end and is cut 80/20 (2.2)."""
+    from objectives.palm import split_passage
+    obj = get_objective("palm", tok)
+    obj.set_step(1, 1)                                      # stage 2: the continuation is in the example
+    passage = [[30 + k] * n for k, n in enumerate((12, 9, 15, 7, 10))]   # 5 sentences, 53 tokens
+    flat = [t for s in passage for t in s]
+    suffixes = {sum(map(len, passage[k:])) for k in range(5)}            # window lengths: 53, 41, 32, 17, 10
+    rng, draws = random.Random(0), []
+    for _ in range(200):
+        ctx, cont = window_of(obj.pretrain_example(passage, rng))
+        draws.append((ctx, cont))
+        n = len(ctx) + len(cont)
+        assert ctx and cont and ctx + cont == flat[-n:]       # a window of whole sentences up to the passage's end
+        assert n in suffixes
+        # the continuation: whole sentences at the end, or the 20% tail of its window (a cut inside a sentence)
+        assert len(cont) in suffixes or len(cont) == n - round(0.8 * n)
+    seen = [(tuple(ctx), tuple(cont)) for ctx, cont in draws]
+    assert len({cont for _, cont in seen}) > 1
+    # every sentence start is drawn, uniformly (200 draws of 5 starts: 40 each on average)
+    want = {tuple(map(tuple, split_passage(passage[k:]))) for k in range(5)}
+    assert set(seen) == want and min(seen.count(w) for w in want) > 20
+    # 53 tokens: cut at the boundary 43 (|43 - 42.4| <= 5.3), the last sentence is the continuation
+    assert split_passage(passage)[1] == passage[-1]
+    # 17 tokens (7 + 10): cut inside the last sentence at round(13.6) = 14, its 20% tail of 3 tokens
+    assert split_passage(passage[3:])[1] == passage[-1][-3:]
+    # deterministic by the rng: the same seed draws the same windows
+    replay = random.Random(0)
+    assert [window_of(obj.pretrain_example(passage, replay)) for _ in range(10)] == draws[:10]
+
+
+def test_window_edge_cases(tok):
+    from objectives.palm import sentence_windows
+    # windows of two tokens or more, one per sentence start; a window stops at the budget (13 = max_len 16 - 3)
+    assert sentence_windows([[1, 2], [3], [4]], 13) == [[[1, 2], [3], [4]], [[3], [4]]]     # [4] alone: too short
+    assert sentence_windows([[1, 2], [3], [4]], 3) == [[[1, 2], [3]], [[3], [4]]]
+    assert sentence_windows([[40] * 30, [41] * 5], 13) == [[[40] * 13], [[41] * 5]]        # a long sentence: cut
+    assert sentence_windows([[5], [41] * 30], 13) == [[[41] * 13]]       # [5] then 30 tokens: [5] alone, too short
+    assert sentence_windows([[], [7]], 13) == [] and sentence_windows([], 13) == []
+    obj = get_objective("palm", tok)
+    obj.set_step(1, 1)
+    rng = random.Random(0)
+    # a one-sentence passage: one window, cut inside the sentence; two one-token sentences: one window
+    for _ in range(20):
+        assert window_of(obj.pretrain_example([[5, 6, 7, 8, 9]], rng)) == ([5, 6, 7, 8], [9])
+        assert window_of(obj.pretrain_example([[30], [31]], rng)) == ([30], [31])
+
+
+def test_windows_on_the_corpus_keep_80_20(tok, passages):
+    """Windows drawn from real passages: ~80/20 still, and most multi-sentence passages give several windows."""
+    obj = get_objective("palm", tok)
+    obj.set_step(1, 1)
+    rng, fracs, shorter, n_multi = random.Random(0), [], 0, 0
+    for p in passages["train"][:500]:
+        ctx, cont = window_of(obj.pretrain_example(p, rng))
+        n, n_passage = len(ctx) + len(cont), sum(map(len, p))
+        shorter += n < n_passage
+        n_multi += len(p) > 1
+        if n >= 20:
+            fracs.append(len(ctx) / n)
+            assert abs(len(ctx) - 0.8 * n) <= 0.1 * n + 0.5
+    mean = sum(fracs) / len(fracs)
+    assert 0.77 < mean < 0.83, mean
+    assert shorter > 0.4 * n_multi                          # a start after sentence 0 (k - 1 of k starts)
+
+
 def test_seq2seq_layout_written_out(tok):
     obj = get_objective("palm", tok, task="seq2seq")
     SOS, EOS, PAD = tok.sos_id, tok.eos_id, tok.pad_id

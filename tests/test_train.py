@@ -1,8 +1,10 @@
 """train.py end to end on a tiny corpus: exact resume, DDP under torchrun, bad settings and bad losses."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pydoc_data.topics
@@ -113,3 +115,228 @@ def test_torchrun_ddp_two_cpu_ranks_stay_identical(tmp_path, corpus):
     assert "2 process(es)" in res.stdout
     ck = torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=False)
     assert ck["step"] == 4 and len(ck["data_state"]) == 2
+
+
+# --- crashes, signals and resume: real processes --------------------------------------------------------------
+
+# README defaults (no --seq_len: the default the resumed run must restore), a model big enough that a step takes
+# tens of milliseconds, so the test can kill the process in mid-run
+KILLABLE = ["--objective", "pmlm", "--n_layer", "2", "--n_embd", "64", "--n_head", "2", "--ffn_dim", "128",
+            "--vocab_size", "400", "--batch_size", "16", "--log_interval", "1", "--eval_interval", "1000",
+            "--eval_batches", "1", "--progress", "false", "--max_steps", "60", "--ckpt_interval", "10"]
+
+
+def train_cmd(ddp=False):
+    if ddp:
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+                str(ROOT / "train.py"), "--device", "cpu"]
+    return [sys.executable, str(ROOT / "train.py")]
+
+
+def launch(args, tmp_path, corpus, out, ddp=False):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = train_cmd(ddp) + args + ["--data", str(corpus), "--out_dir", str(out), "--cache_dir", str(tmp_path / "c")]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def records(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def wait_for_step(proc, out, step, timeout=240):
+    """Poll metrics.jsonl until it logs `step` (the process must still be running then)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (out / "metrics.jsonl").exists() and any(r["step"] >= step for r in records(out)):
+            return
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.01)
+    raise AssertionError(f"step {step} never came")
+
+
+def kill_tree(pid, sig=signal.SIGKILL):
+    """Signal a process and all its descendants (torchrun may start its workers in sessions of their own)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    todo, tree = [pid], []
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += children.get(p, [])
+    for p in tree:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+def finish(proc, code=0):
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == code, stderr[-3000:]
+    return stdout
+
+
+def train_losses(out):
+    steps = [r["step"] for r in records(out) if r["split"] == "train"]
+    assert steps == sorted(set(steps)), "duplicate or out-of-order step records"
+    return {r["step"]: r["loss"] for r in records(out) if r["split"] == "train"}
+
+
+@pytest.mark.parametrize("ddp", [False, True], ids=["one-process", "ddp-gloo"])
+def test_sigkill_then_resume_gives_the_same_losses(tmp_path, corpus, ddp):
+    """kill -9 in mid-run, then --resume: every step's loss equals the uninterrupted run's, the log has each step
+    once, and the settings (seq_len's default, max_steps, the schedule) come back from the checkpoint."""
+    straight = tmp_path / "straight"
+    finish(launch(KILLABLE, tmp_path, corpus, straight, ddp))
+    killed = tmp_path / "killed"
+    proc = launch(KILLABLE, tmp_path, corpus, killed, ddp)
+    wait_for_step(proc, killed, 25)
+    kill_tree(proc.pid)
+    proc.communicate()
+    assert max(train_losses(killed)) < 60
+    assert torch.load(killed / "ckpt.pt", weights_only=True)["train_config"]["seq_len"] == 128
+    # resume with no other flag than where the run is: everything else comes from the checkpoint
+    resume = launch(["--resume"], tmp_path, corpus, killed, ddp)
+    finish(resume)
+    a, b = train_losses(straight), train_losses(killed)
+    assert sorted(a) == sorted(b) == list(range(1, 61))
+    assert all(a[s] == b[s] for s in a), [(s, a[s], b[s]) for s in a if a[s] != b[s]][:3]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path, corpus, sig):
+    out = tmp_path / "run"
+    proc = launch(KILLABLE, tmp_path, corpus, out)
+    wait_for_step(proc, out, 15)
+    proc.send_signal(sig)
+    stdout = finish(proc, code=128 + sig.value)
+    step = torch.load(out / "ckpt.pt", weights_only=True)["step"]
+    assert 15 <= step < 60 and f"stopped by {sig.name}: {step} of 60 steps" in stdout
+    command = next(line for line in stdout.splitlines() if line.startswith("continue with: "))
+    assert command.endswith(f"train.py --resume --out_dir {out}")
+    # the printed command continues the run to its end
+    finish(launch(["--resume"], tmp_path, corpus, out))
+    assert sorted(train_losses(out)) == list(range(1, 61))
+
+
+def test_a_finished_run_is_never_overwritten_unless_asked(tmp_path, corpus):
+    out = run(["--objective", "unilm", "--max_steps", "4"], tmp_path, corpus, "done")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(UsageError, match="holds the checkpoint of an earlier run"):
+        run(["--objective", "unilm", "--max_steps", "4"], tmp_path, corpus, "done")
+    # failing runs validate everything before they touch a file
+    for bad in (["--batch_size", "0"], ["--grad_accum", "0"], ["--log_interval", "0"], ["--batch_size", "100000"],
+                ["--max_steps", "0"], ["--preset", "huge"]):
+        with pytest.raises(UsageError):
+            run(["--objective", "unilm", "--max_steps", "4", "--overwrite", *bad], tmp_path, corpus, "done")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # told to: a new run replaces it
+    run(["--objective", "unilm", "--max_steps", "2", "--overwrite"], tmp_path, corpus, "done")
+    assert max(train_losses(out)) == 2
+
+
+def test_resume_refuses_changed_settings_and_names_them(tmp_path, corpus):
+    run(["--objective", "unilm", "--max_steps", "4", "--stop_at", "2"], tmp_path, corpus, "r")
+    with pytest.raises(UsageError, match=r"lr: checkpoint 0.003 vs now 0.001.*Safe to change"):
+        run(["--objective", "unilm", "--max_steps", "4", "--resume", "--lr", "1e-3"], tmp_path, corpus, "r")
+    with pytest.raises(UsageError, match="mask_prob: checkpoint 0.15 vs now 0.3"):
+        run(["--objective", "unilm", "--max_steps", "4", "--resume", "--mask_prob", "0.3"], tmp_path, corpus, "r")
+    # safe ones may change
+    run(["--objective", "unilm", "--max_steps", "4", "--resume", "--log_interval", "2", "--eval_batches", "1"],
+        tmp_path, corpus, "r")
+    assert max(train_losses(tmp_path / "r")) == 4
+
+
+def test_preset_with_init_from_is_refused(tmp_path, corpus):
+    run(["--objective", "unilm", "--max_steps", "1"], tmp_path, corpus, "pre")
+    with pytest.raises(UsageError, match="--preset small with --init_from"):
+        run(["--objective", "unilm", "--max_steps", "1", "--preset", "small", "--init_from",
+             str(tmp_path / "pre" / "ckpt.pt")], tmp_path, corpus, "fine")
+
+
+def test_help_lists_every_setting(capsys):
+    from dataclasses import fields
+    import model as M
+    from objectives import objective_class
+    for name in ("unilm", "pmlm", "ernie_gen", "palm"):
+        train.main(["--objective", name, "--help"])
+        text = capsys.readouterr().out
+        keys = [f.name for f in fields(train.TrainConfig)] + [f.name for f in fields(M.ModelConfig)][1:]
+        keys += list(objective_class(name).option_table())
+        for key in keys:
+            line = next((x for x in text.splitlines() if x.startswith(f"  --{key} ")), None)
+            assert line is not None and len(line.split()) >= 3, (name, key)
+
+
+# --- bad input: one line, exit status 2 -------------------------------------------------------------------------
+
+def bad_data(tmp_path):
+    """Each a broken --data for pre-training or fine-tuning, and the words its one-line error must contain."""
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "empty.txt").write_text("  \n")
+    (d / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    (d / "utf16.txt").write_bytes("some text in UTF-16\n".encode("utf-16-le"))
+    (d / "emptydir").mkdir()
+    (d / "train.jsonl").write_text('{"src": "a", "tgt": "b"}\n{"src": "a", "tgt"\n')
+    (d / "half.jsonl").write_text('{"src": "a"}\n')
+    (d / "x.src").write_text("one\ntwo\n")
+    (d / "x.tgt").write_text("one\n")
+    return [("pretrain", d / "missing", "no such file"), ("pretrain", d / "empty.txt", "empty"),
+            ("pretrain", d / "latin1.txt", "not UTF-8"), ("pretrain", d / "utf16.txt", "binary"),
+            ("pretrain", d / "emptydir", r"no \*.txt files"), ("seq2seq", d / "train.jsonl", "not valid JSON"),
+            ("seq2seq", d / "half.jsonl", '"src" and "tgt"'), ("seq2seq", d / "x.src", "2 lines but")]
+
+
+def test_every_data_error_is_one_line(tmp_path, corpus):
+    for task, path, words in bad_data(tmp_path):
+        with pytest.raises(UsageError, match=words) as e:
+            run(["--task", task, "--data", str(path), "--max_steps", "1"], tmp_path, corpus, "bad")
+        assert "\n" not in str(e.value), str(e.value)
+        assert not (tmp_path / "bad" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--batch_size", "-1"], "--batch_size must be >= 1"),
+    (["--preset", "huge"], "--preset 'huge'"),
+    (["--n_segment", "2", "--objective", "unilm"], "uses 6 segment ids"),
+    (["--data", "/no/such/place"], "no such file"),
+    (["--init_from", "/no/such.pt"], "checkpoint not found"),
+])
+def test_bad_flags_exit_2_with_one_line(tmp_path, args, words):
+    res = subprocess.run([sys.executable, "train.py", *args, "--cache_dir", str(tmp_path), "--out_dir",
+                          str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("train.py: error: ") and words in last
+
+
+class Boobytrap:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))                   # creating the marker file proves code ran
+
+
+@pytest.mark.parametrize("how", ["init_from", "resume"])
+def test_a_booby_trapped_checkpoint_runs_no_code(tmp_path, how):
+    marker = tmp_path / "PWNED"
+    evil = tmp_path / "o" / "ckpt.pt"
+    evil.parent.mkdir()
+    torch.save({"model": Boobytrap(str(marker)), "model_config": {}, "vocab": [], "objective": "pmlm"}, evil)
+    args = ["--init_from", str(evil), "--out_dir", str(tmp_path / "new")] if how == "init_from" else \
+        ["--resume", "--out_dir", str(evil.parent)]
+    res = subprocess.run([sys.executable, "train.py", *args, "--cache_dir", str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "refused" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert not marker.exists()
+    # the same file loaded the unsafe way would have run it: the test is not vacuous
+    torch.load(evil, weights_only=False)
+    assert marker.exists()
