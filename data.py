@@ -26,6 +26,7 @@ Left out on purpose: streaming corpora larger than memory, sentence splitting by
 (the regex splitter's limits are listed at split_sentences), and any download.
 """
 import ast
+import functools
 import hashlib
 import inspect
 import json
@@ -491,13 +492,30 @@ def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=T
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    n = len(examples)
+    mine = _rank_order(len(examples), seed, epoch, rank, world_size, drop_last)
+    for b in range(start, num_batches(len(examples), batch_size, world_size, drop_last)):
+        yield [examples[i] for i in mine[b * batch_size:(b + 1) * batch_size]]
+
+
+@functools.lru_cache(maxsize=4)
+def _rank_order(n, seed, epoch, rank, world_size, drop_last):
+    """This rank's example indices for one epoch: the shared shuffle, every world_size-th from position rank."""
     order = list(range(n))
     random.Random(f"batches:{seed}:{epoch}").shuffle(order)
     per_rank = _per_rank(n, world_size, drop_last)
-    mine = [order[i % n] for i in range(rank, per_rank * world_size, world_size)]  # i % n: wrap to pad
-    for b in range(start, num_batches(n, batch_size, world_size, drop_last)):
-        yield [examples[i] for i in mine[b * batch_size:(b + 1) * batch_size]]
+    return [order[i % n] for i in range(rank, per_rank * world_size, world_size)]  # i % n: wrap to pad
+
+
+def batch_at(examples, batch_size, seed, index, rank=0, world_size=1, drop_last=True):
+    """Batch number `index` of this rank's endless stream (epoch after epoch): what infinite_batches yields
+    `index`-th. Random access, so a DataLoader worker builds any step's batch without replaying the others."""
+    per_epoch = num_batches(len(examples), batch_size, world_size, drop_last)
+    if per_epoch == 0:
+        raise DataError(f"{len(examples)} examples are too few for batch_size {batch_size} "
+                        f"on {world_size} rank(s)")
+    epoch, b = divmod(index, per_epoch)
+    mine = _rank_order(len(examples), seed, epoch, rank, world_size, drop_last)
+    return [examples[i] for i in mine[b * batch_size:(b + 1) * batch_size]]
 
 
 def _per_rank(n, world_size, drop_last):

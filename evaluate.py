@@ -25,7 +25,7 @@ How to run (files hold one text per line, UTF-8; lines split on "\\n" only: util
   A bad flag or file is one line on stderr, `evaluate.py: error: ...`, and exit status 2.
   From Python: rouge(preds, refs, stem), rouge_scores(pred, ref, stem), rouge_bootstrap(...),
   lead(sources, n_words), bleu(preds, refs), bleu_details(...), distinct_n(preds, n),
-  porter_stem(word).
+  porter_stem(word), lcs_alignment(ref_tokens, pred_tokens) (ROUGE-L's LCS table and matches).
 
 ROUGE-Lsum splits a text into sentences at newlines ("\\n"). The CLI reads one text per line,
 so there every text is one sentence and rougeLsum equals rougeL; pass "\\n"-joined sentences to
@@ -243,22 +243,34 @@ def _rouge_l(ref, pred):
     return _score(lcs / len(pred), lcs / len(ref))
 
 
-def _lcs_positions(ref, cand):
-    """Positions in `ref` of ONE longest common subsequence with `cand`. Several LCSs may exist;
-    the union below depends on which one, so we walk back exactly like rouge-score: take a match
-    at once, else move towards the larger cell, preferring to drop a `ref` token on ties."""
-    table = _lcs_table(ref, cand)
-    i, j = len(ref), len(cand)
-    positions = set()
+def lcs_alignment(reference, prediction):
+    """ROUGE-L's longest common subsequence of two token lists, to look at -> (table, pairs).
+
+    table[i][j] = the LCS length of reference[:i] and prediction[:j] (Lin 2004, Sec. 3.1), so
+    table[-1][-1] is the LCS that ROUGE-L divides by |prediction| and |reference|.
+    pairs = [(i, j)]: the positions of ONE longest common subsequence, in order, with
+    reference[i] == prediction[j]. Several LCSs may exist and ROUGE-Lsum's union depends on which
+    one, so the walk back from the last cell is rouge-score's: take a match at once, else move
+    towards the larger neighbour, dropping a reference token on ties. Tokens are compared as given
+    (pass rouge_tokenize's output).
+    """
+    table = _lcs_table(reference, prediction)
+    i, j = len(reference), len(prediction)
+    pairs = []
     while i > 0 and j > 0:
-        if ref[i - 1] == cand[j - 1]:
-            positions.add(i - 1)
+        if reference[i - 1] == prediction[j - 1]:
+            pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
         elif table[i][j - 1] > table[i - 1][j]:
             j -= 1
         else:
             i -= 1
-    return positions
+    return table, pairs[::-1]
+
+
+def _lcs_positions(ref, cand):
+    """Positions in `ref` of ONE longest common subsequence with `cand` (lcs_alignment's walk)."""
+    return {i for i, _ in lcs_alignment(ref, cand)[1]}
 
 
 def _rouge_lsum(ref_sents, pred_sents):

@@ -27,6 +27,7 @@ Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; th
 """
 import math
 from dataclasses import asdict, dataclass, field, fields
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -50,7 +51,7 @@ class ModelConfig:
     dropout: float = setting(0.1, "dropout on embeddings, attention weights and residual branches")
     rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; UniLMv2 (4.1) uses 32")
     rel_pos_max_distance: int = setting(128, "distance beyond which relative positions share the last bucket")
-    attn_impl: str = setting("sdpa", "attention path: naive (written out) | sdpa (fused)")
+    attn_impl: str = setting("sdpa", "attention path: naive (written out) | sdpa (fused) | flex (FlexAttention, CUDA)")
     copy_head: bool = setting(False, "add PALM's pointer-generator copy head (2.3)")
     layer_norm_eps: float = setting(1e-12, "LayerNorm epsilon (BERT's 1e-12)")
 
@@ -72,8 +73,9 @@ class ModelConfig:
 
 
 PRESETS = {
-    # a CPU classroom model: trains on a laptop in minutes
-    "tiny": dict(n_layer=2, n_head=4, n_embd=128, ffn_dim=512, max_position=256),
+    # a CPU classroom model: trains on a laptop in minutes (no dropout: a few minutes of training underfits;
+    # measured in bench/RESULTS.md)
+    "tiny": dict(n_layer=2, n_head=4, n_embd=128, ffn_dim=512, max_position=256, dropout=0.0),
     "small": dict(n_layer=6, n_head=8, n_embd=512, ffn_dim=2048, max_position=512),
     # the papers' BASE: 12 layers, 768 wide, 12 heads, 3072 FFN (UniLM 2.1, UniLMv2 4.1, ERNIE-GEN 4, PALM 3.1)
     "base": dict(n_layer=12, n_head=12, n_embd=768, ffn_dim=3072, max_position=512),
@@ -81,7 +83,7 @@ PRESETS = {
     "large": dict(n_layer=24, n_head=16, n_embd=1024, ffn_dim=4096, max_position=512),
 }
 
-ATTN_IMPLS = ("naive", "sdpa")
+ATTN_IMPLS = ("naive", "sdpa", "flex")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -95,12 +97,36 @@ def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
     bias: optional (B, H, Lq, Lk) float added to the scores (the relative position bias), already -inf wherever
     the mask says no (Transformer.encode prepares it once per forward).
     Every query row must allow at least one key (Transformer.encode guarantees it).
+    flex: mask is a FlexAttention BlockMask and bias a FlexBias (or None); FlexAttention has no dropout on the
+    attention weights, so this path has none (the residual and embedding dropout stay).
     """
     if impl == "naive":
         return naive_attention(q, k, v, mask, bias, dropout_p)
+    if impl == "flex":
+        score_mod = bias.score_mod(q.dtype) if bias is not None else None
+        return flex_attention()(q, k, v, score_mod=score_mod, block_mask=mask)
     # sdpa takes either the boolean mask (broadcast over heads) or the float bias-with-mask
     m = mask[:, None] if bias is None else bias.to(q.dtype)            # (B, 1 or H, Lq, Lk)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=dropout_p)
+
+
+_COMPILED = {}
+
+
+def flex_attention():
+    """torch's flex_attention, compiled once on CUDA (its fast path); eager elsewhere (forward only on a CPU)."""
+    from torch.nn.attention import flex_attention as fa
+    if "fn" not in _COMPILED:
+        _COMPILED["fn"] = torch.compile(fa.flex_attention, dynamic=False) if torch.cuda.is_available() \
+            else fa.flex_attention
+    return _COMPILED["fn"]
+
+
+def block_mask(mask_mod, B, L, device):
+    """FlexAttention's block-sparse mask from a mask_mod: which 128 x 128 tiles hold any allowed pair (the rest
+    are skipped: UniLMv2's context never sees the appended part), built once per batch and shared by the layers."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    return create_block_mask(mask_mod, B, None, L, L, device=device, _compile=device.type == "cuda")
 
 
 def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
@@ -136,10 +162,16 @@ def relative_position_bucket(relative_position, num_buckets=32, max_distance=128
 
 
 class RelativePositionBias(nn.Module):
-    def __init__(self, num_buckets, max_distance, n_head):
+    def __init__(self, num_buckets, max_distance, n_head, max_position):
         super().__init__()
-        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
         self.table = nn.Embedding(num_buckets, n_head)
+        # the bucket of every possible distance -(P-1) .. P-1, for the score_mod (not saved in checkpoints)
+        distances = torch.arange(-(max_position - 1), max_position)
+        self.register_buffer("distance_bucket", relative_position_bucket(distances, num_buckets, max_distance),
+                             persistent=False)
+        self.offset = max_position - 1
 
     def forward(self, q_pos, k_pos):
         """q_pos: (B, Lq), k_pos: (B, Lk) position ids -> bias (B, H, Lq, Lk).
@@ -149,7 +181,32 @@ class RelativePositionBias(nn.Module):
         """
         rel = k_pos[:, None, :] - q_pos[:, :, None]                     # (B, Lq, Lk)
         buckets = relative_position_bucket(rel, self.num_buckets, self.max_distance)
-        return self.table(buckets).permute(0, 3, 1, 2)                  # (B, H, Lq, Lk)
+        # the table's rows by index_select: the same numbers as self.table(buckets), and its backward (an
+        # index_add into a 32-row table) is 3.5x faster on a CPU than the embedding's (measured: 15 vs 51 ms
+        # for a 32 x 168 x 168 batch)
+        bias = self.table.weight.index_select(0, buckets.flatten()).view(*buckets.shape, -1)   # (B, Lq, Lk, H)
+        return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
+
+    def flex_bias(self, position_ids):
+        """The same bias for the FlexAttention path: the bias of every distance (2P - 1, H) and the positions."""
+        by_distance = self.table.weight.index_select(0, self.distance_bucket)          # (2P - 1, H)
+        return FlexBias(by_distance, position_ids, self.offset)
+
+
+class FlexBias(NamedTuple):
+    """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a time inside the
+    kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned table through by_distance.
+    Plain tensors, so that a compiled block receives data and makes the score_mod itself."""
+    by_distance: torch.Tensor     # (2P - 1, H): the bias of each distance -(P-1) .. P-1
+    position_ids: torch.Tensor    # (B, L)
+    offset: int                   # P - 1
+
+    def score_mod(self, dtype):
+        by_distance, pos, offset = self.by_distance.to(dtype), self.position_ids, self.offset
+
+        def mod(score, b, h, q, k):
+            return score + by_distance[pos[b, k] - pos[b, q] + offset, h]
+        return mod
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -216,7 +273,10 @@ class SelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.layer(layer_idx, k, v)                        # (B, H, Lc + L, D)
         p = self.cfg.dropout if self.training else 0.0
-        y = attention(q, k, v, mask, bias, self.cfg.attn_impl, p)      # (B, H, L, D)
+        impl = self.cfg.attn_impl
+        if impl == "flex" and torch.is_tensor(mask):      # a dense mask (decoding with a cache): the SDPA path
+            impl = "sdpa"
+        y = attention(q, k, v, mask, bias, impl, p)                    # (B, H, L, D)
         y = y.transpose(1, 2).reshape(B, L, C)
         return F.dropout(self.proj(y), p, self.training)
 
@@ -235,6 +295,23 @@ class Block(nn.Module):
     def forward(self, x, mask, bias=None, cache=None, layer_idx=0):
         x = x + self.attn(self.ln1(x), mask, bias, cache, layer_idx)
         return x + F.dropout(self.ffn(self.ln2(x)), self.dropout, self.training)
+
+
+def _additive_scores(hm, ws, w):
+    """Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d), ws (B, T, d) -> (B, T, S).
+
+    Written out it makes a (B, T, S, d) tensor (at base size 31M numbers an example) and keeps it for backward.
+    """
+    return (torch.tanh(hm[:, None] + ws[:, :, None]) * w).sum(-1)     # (B, T, S, d) -> (B, T, S)
+
+
+def additive_scores():
+    """_additive_scores, compiled on CUDA: one fused kernel that never writes the (B, T, S, d) tensor and
+    recomputes the tanh in backward (what makes PALM's copy head cheap on a GPU); as written elsewhere."""
+    if "scores" not in _COMPILED:
+        _COMPILED["scores"] = torch.compile(_additive_scores, dynamic=True) if torch.cuda.is_available() \
+            else _additive_scores
+    return _COMPILED["scores"]
 
 
 class PointerGenerator(nn.Module):
@@ -277,7 +354,7 @@ class PointerGenerator(nn.Module):
 
     def _scores(self, hm, s):
         """e (B, Tc, S) = w^c . tanh(W^m h + W^s s + b^c) for one chunk of decoder steps (Eq. 3)."""
-        return self.w_c(torch.tanh(hm[:, None] + self.W_s(s)[:, :, None])).squeeze(-1)  # (B, Tc, S, d) -> (B, Tc, S)
+        return additive_scores()(hm, self.W_s(s), self.w_c.weight[0])
 
     def attend(self, s, h, src_mask, chunk=None):
         """-> alpha (B, T, S) fp32 (Eq. 3-4) and the gate's logit (B, T) fp32 (Eq. 5, 8).
@@ -342,8 +419,10 @@ class Transformer(nn.Module):
         self.pos_emb = nn.Embedding(cfg.max_position, d)
         self.seg_emb = nn.Embedding(cfg.n_segment, d)
         self.emb_ln = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.rel_bias = (RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance, cfg.n_head)
-                         if cfg.rel_pos_buckets else None)
+        self.rel_bias = None
+        if cfg.rel_pos_buckets:
+            self.rel_bias = RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance, cfg.n_head,
+                                                 cfg.max_position)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         # LM head: BERT's transform (dense, GELU, LN), then the token embedding transposed + a bias.
@@ -373,15 +452,24 @@ class Transformer(nn.Module):
         return F.dropout(self.emb_ln(x), self.config.dropout, self.training)
 
     def encode(self, x, position_ids, attn_mask, cache=None):
-        """Run the blocks over embeddings x (B, L, d); attn_mask (B, L, Lc + L) bool with Lc cached keys."""
+        """Run the blocks over embeddings x (B, L, d).
+
+        attn_mask: (B, L, Lc + L) bool with Lc cached keys, or a mask description (objectives.masks.MaskSpec:
+        kind and block per token) that is built here, on the model's device: the dense mask for naive and sdpa,
+        a block-sparse FlexAttention mask for flex.
+        """
+        if not torch.is_tensor(attn_mask):
+            if self.config.attn_impl == "flex" and cache is None:
+                return self._encode_flex(x, position_ids, attn_mask)
+            attn_mask = attn_mask.dense()
         if attn_mask.dim() == 2:
             attn_mask = attn_mask[None].expand(x.size(0), -1, -1)
         # a query that may see nothing (a padding row) would make softmax 0/0: let it see itself, harmlessly
+        # (no `if dead.any()`: that would wait for the GPU at every forward)
         n_cached = attn_mask.size(-1) - x.size(1)
         dead = ~attn_mask.any(dim=-1)                                  # (B, L)
-        if dead.any():
-            eye = F.pad(torch.eye(x.size(1), dtype=torch.bool, device=x.device), (n_cached, 0))  # (L, Lc + L)
-            attn_mask = attn_mask | (eye[None] & dead[..., None])
+        eye = F.pad(torch.eye(x.size(1), dtype=torch.bool, device=x.device), (n_cached, 0))  # (L, Lc + L)
+        attn_mask = attn_mask | (eye[None] & dead[..., None])
         k_pos = position_ids
         if cache is not None:
             cache.pending_pos = position_ids
@@ -397,9 +485,28 @@ class Transformer(nn.Module):
             x = block(x, attn_mask, bias, cache, i)
         return self.ln_f(x)
 
+    def _encode_flex(self, x, position_ids, spec):
+        """The FlexAttention path: one block mask and one score_mod (the relative bias) shared by every layer."""
+        if x.device.type != "cuda" and torch.is_grad_enabled():
+            raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward on a CPU); "
+                               "use sdpa here")
+        B, L = position_ids.shape
+        mask = block_mask(spec.mask_mod(), B, L, x.device)
+        bias = self.rel_bias.flex_bias(position_ids) if self.rel_bias is not None else None
+        for block in self.blocks:
+            x = block(x, mask, bias)
+        return self.ln_f(x)
+
     def forward(self, input_ids, position_ids, segment_ids, attn_mask, cache=None):
-        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j."""
+        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j (or a MaskSpec)."""
         return self.encode(self.embed(input_ids, position_ids, segment_ids), position_ids, attn_mask, cache)
+
+    def compile_blocks(self):
+        """torch.compile each Transformer block (regional compilation): the blocks are alike, so one compilation
+        serves them all, in a fraction of the time of compiling the whole model; embeddings and heads stay eager."""
+        for block in self.blocks:
+            block.compile(dynamic=False)
+        return self
 
     # --- heads ---------------------------------------------------------------------------------------------------
 

@@ -83,14 +83,15 @@ class TrainConfig:
     ckpt_interval: int = setting(200, "write a checkpoint every this many steps")
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
-    compile: bool = setting(False, "torch.compile the model")
+    compile: str = setting("auto", "torch.compile the model: auto (on CUDA) | true | false")
+    workers: int = setting(-1, "processes building batches (a DataLoader's); -1 = 2 on CUDA, 0 on a CPU")
     cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")
     progress: bool = setting(True, "show progress bars")
 
 
 # a resumed run keeps its settings; these may change without changing what it computes
 SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval", "eval_batches",
-                  "ckpt_interval", "device", "compile", "cache_dir", "progress", "overwrite"}
+                  "ckpt_interval", "device", "compile", "workers", "cache_dir", "progress", "overwrite"}
 SAFE_MODEL_ON_RESUME = {"attn_impl"}
 PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
 # the model shapes a checkpoint fixes
@@ -98,6 +99,9 @@ SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_posit
               "rel_pos_buckets", "rel_pos_max_distance")
 # the sequence budget of the tiny preset's pre-training: a laptop's
 TINY_SEQ_LEN = 128
+# The tiny preset is the laptop's recipe, chosen by measurement (bench/recipe_sweep.py, bench/RESULTS.md): a
+# fresh run of a tiny model (or a fine-tuning of one) takes these values for the settings no flag gives.
+RECIPES = {"tiny": dict(vocab_size=4096, lr=1e-3, batch_size=16, max_steps=2200)}
 
 
 def parse_value(text, default, key):
@@ -165,7 +169,8 @@ def parse_args(argv):
 def help_text(name):
     """Every setting with its default and its one-line description: python train.py [--objective X] --help."""
     row = lambda key, default, text: f"  --{key:<21} {default!r:<11} {text}"
-    lines = [__doc__.split("\n\n")[0], "", "training:"]
+    recipe = ", ".join(f"--{k} {v}" for k, v in RECIPES["tiny"].items())
+    lines = [__doc__.split("\n\n")[0], "", f"training (the tiny preset's recipe, for what no flag gives: {recipe}):"]
     lines += [row(f.name, f.default, f.metadata["help"]) for f in fields(TrainConfig)]
     lines += ["", "model (model.ModelConfig; the preset sets them first, a checkpoint fixes the shapes):"]
     lines += [row(f.name, f.default, f.metadata["help"]) for f in fields(M.ModelConfig) if f.name != "vocab_size"]
@@ -195,6 +200,10 @@ def check_settings(cfg, given):
         raise UsageError(f"--preset {cfg.preset!r}: choose one of {sorted(M.PRESETS)}")
     if cfg.vocab_size < 100:
         raise UsageError(f"--vocab_size {cfg.vocab_size} is too small (the alphabet alone needs about 100)")
+    if cfg.compile not in ("auto", "true", "false"):
+        raise UsageError(f"--compile {cfg.compile!r}: choose auto, true or false")
+    if cfg.workers < -1:
+        raise UsageError(f"--workers must be >= 0 (or -1 = auto), got {cfg.workers}")
     if cfg.resume and cfg.init_from:
         raise UsageError("--resume continues a run; --init_from starts a new one from a checkpoint: pick one")
 
@@ -279,8 +288,13 @@ def start_point(cfg, model_flags, obj_flags, given):
     return ckpt, cfg, dict(obj_flags)
 
 
-def resolve_defaults(cfg, model_dict):
-    """The settings whose default depends on the run: seq_len, label_smoothing (stored resolved: resume is exact)."""
+def resolve_defaults(cfg, model_dict, given=(), preset=None):
+    """The settings whose default depends on the run: the preset's recipe (preset: the checkpoint's when
+    fine-tuning), seq_len, label_smoothing. Stored resolved in the checkpoint, so a resumed run is exact."""
+    if not cfg.resume:
+        for key, value in RECIPES.get(preset or cfg.preset, {}).items():
+            if key not in given:
+                setattr(cfg, key, value)
     if not cfg.seq_len:
         tiny_pretrain = cfg.task == "pretrain" and cfg.preset == "tiny" and not cfg.init_from
         cfg.seq_len = TINY_SEQ_LEN if tiny_pretrain else model_dict["max_position"]
@@ -374,6 +388,8 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
                                   label_smoothing=cfg.label_smoothing, **obj_opts)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if model_cfg.attn_impl == "flex" and dist_.device.type != "cuda":
+        raise UsageError("--attn_impl flex trains on CUDA only (FlexAttention has no backward on a CPU)")
     if ckpt is not None:
         check_compatible(ckpt, model_cfg, tok, cfg.init_from or out_dir_of(cfg) / "ckpt.pt")
     model = M.Transformer(model_cfg).to(dist_.device)
@@ -409,15 +425,21 @@ def lr_at(step, cfg):
 
 
 class LossModule(torch.nn.Module):
-    """model + objective as one module, so that DDP sees the whole loss (heads included) inside its forward."""
+    """model + objective as one module, so that DDP sees the whole loss (heads included) inside its forward.
 
-    def __init__(self, model, objective):
+    Every parameter takes part in every step, so DDP needs no search for unused ones: the heads a batch may not
+    use (UniLM's NSP head outside its bidirectional LM, PALM's copy head in stage 1) join the loss times zero.
+    """
+
+    def __init__(self, model, objective, heads):
         super().__init__()
         self.model = model
         self.objective = objective
+        self.heads = heads
 
     def forward(self, batch):
-        return self.objective.loss(self.model, batch)
+        loss, metrics = self.objective.loss(self.model, batch)
+        return loss + 0.0 * sum(p.sum() for p in self.heads), metrics
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -437,14 +459,16 @@ class Run:
     splits: dict
     out_dir: Path
     step: int = 0
-    data_state: dict = None
+    loader: object = None             # the DataLoader of StepBatches, and its iterator
     stream: object = None
+    skipped: dict = None              # each batch-building process's count of skipped examples
     log_file: object = None
     bar: object = None
     stop: str = ""                    # why the loop ends early ("" = it does not)
     sums: dict = None                 # metrics summed since the last log, and their counts
     counts: dict = None
-    tokens: int = 0                   # tokens and FLOPs since the last log, for tokens/s and MFU
+    tokens: int = 0                   # tokens, corpus tokens and FLOPs since the last log: tokens/s and MFU
+    corpus_tokens: int = 0
     flops: float = 0.0
     t_last: float = 0.0
     t_start: float = 0.0
@@ -456,16 +480,51 @@ class Run:
         return self.out_dir / "ckpt.pt"
 
 
-def build_batches(run):
-    """This step's micro-batches on the CPU: randomness seeded by (seed, rank, step), so a resumed run replays."""
-    cfg = run.cfg
-    run.objective.set_step(run.step, cfg.max_steps)              # PALM's two stages switch on the step
-    batches = []
-    for micro in range(cfg.grad_accum):
-        examples, run.data_state = next(run.stream)
-        rng = random.Random(f"{cfg.seed}:{run.dist.rank}:{run.step}:{micro}")
-        batches.append(run.objective.make_batch(examples, rng))
-    return batches
+class StepBatches(torch.utils.data.IterableDataset):
+    """Every step's micro-batches, on the CPU, in the processes a DataLoader gives it (its workers on a GPU
+    machine, so that building batches overlaps the GPU's work; the training process itself on a CPU).
+
+    Step s of rank r always gets the same examples (data.batch_at: micro-batch s * grad_accum + m of the rank's
+    stream) and the same randomness (seeded by seed, rank, step, micro), whichever process builds it: a resumed
+    run replays exactly, and DDP ranks read disjoint shards. Worker w of W builds the steps s = w (mod W); the
+    DataLoader hands them over in order.
+    """
+
+    def __init__(self, objective, examples, cfg, rank, world, start):
+        self.objective = objective
+        self.examples = examples
+        self.cfg = cfg
+        self.rank = rank
+        self.world = world
+        self.start = start
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info()
+        first, every = (worker.id, worker.num_workers) if worker else (0, 1)
+        for step in range(self.start + first, self.cfg.max_steps, every):
+            yield step, self.build(step), dict(self.objective.skipped)
+
+    def build(self, step):
+        cfg = self.cfg
+        # PALM's two stages switch on the step
+        self.objective.set_step(step, cfg.max_steps)
+        batches = []
+        for micro in range(cfg.grad_accum):
+            examples = data.batch_at(self.examples, cfg.batch_size, cfg.seed, step * cfg.grad_accum + micro,
+                                     self.rank, self.world)
+            rng = random.Random(f"{cfg.seed}:{self.rank}:{step}:{micro}")
+            batches.append(self.objective.make_batch(examples, rng))
+        return batches
+
+
+def batch_loader(run, start):
+    """A DataLoader over StepBatches: pinned memory and prefetching on CUDA, persistent workers."""
+    cfg, dist_ = run.cfg, run.dist
+    workers = cfg.workers if cfg.workers >= 0 else (2 if dist_.device.type == "cuda" else 0)
+    dataset = StepBatches(run.objective, run.splits["train"], cfg, dist_.rank, dist_.world, start)
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
+                                       pin_memory=dist_.device.type == "cuda",
+                                       prefetch_factor=4 if workers else None, persistent_workers=workers > 0)
 
 
 def train_step(run, autocast):
@@ -476,7 +535,11 @@ def train_step(run, autocast):
         group["lr"] = lr
     # one seed per (step, rank) for dropout: a resumed run replays exactly
     torch.manual_seed(cfg.seed * 100003 + run.step * dist_.world + dist_.rank)
-    batches = build_batches(run)
+    # the stage of PALM's schedule also in this process (its evaluation uses it)
+    run.objective.set_step(run.step, cfg.max_steps)
+    step, batches, skipped = next(run.stream)
+    assert step == run.step, (step, run.step)
+    run.skipped[step % max(1, run.loader.num_workers)] = skipped
     loss_sum = 0.0
     for micro, batch in enumerate(batches):
         count_work(run, batch)
@@ -509,6 +572,7 @@ def count_work(run, batch):
     # the share of rows that go through the output layer
     pred_frac = int((batch.labels != -100).sum()) / max(1, n_tokens)
     run.tokens += n_tokens
+    run.corpus_tokens += run.objective.corpus_tokens(batch)
     run.flops += n_tokens * run.model.estimate_flops(batch.input_ids.size(1), pred_frac)
 
 
@@ -554,6 +618,7 @@ def log_step(run, lr, peak):
     world = run.dist.world
     tok_s = run.tokens * world / dt
     record = {"step": run.step, "split": "train", "lr": lr, "tokens_per_s": tok_s,
+              "corpus_tokens_per_s": run.corpus_tokens * world / dt,
               **{k: float(v) / run.counts[k] for k, v in run.sums.items()}}
     if peak:
         record["mfu"] = run.flops / dt / peak
@@ -564,7 +629,7 @@ def log_step(run, lr, peak):
         shown["mfu"] = f"{record['mfu']:.1%}"
     run.bar.set_postfix(**shown)
     write_record(run, record)
-    run.sums, run.counts, run.tokens, run.flops = {}, {}, 0, 0.0
+    run.sums, run.counts, run.tokens, run.corpus_tokens, run.flops = {}, {}, 0, 0, 0.0
     run.t_last = time.time()
 
 
@@ -600,7 +665,53 @@ def evaluate_step(run, autocast):
         metrics = evaluate(run.model, run.objective, run.splits["valid"], run.cfg, run.dist.device, autocast)
         write_record(run, {"step": run.step, "split": "valid", **metrics})
         run.bar.write(f"step {run.step}: valid " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        if run.cfg.progress:
+            run.bar.write(show_fills(run, autocast))
     run.t_last = time.time()          # evaluation time is not training throughput
+
+
+def fills_example(examples, tok):
+    """The held-out example the fills show: the first of 40 tokens or more that reads as prose (most pieces words,
+    not the punctuation of a table or a code sample)."""
+    def words(ids):
+        pieces = [tok.id_to_token(i) for i in ids]
+        return sum(p.lstrip("#").isalpha() for p in pieces) / max(1, len(pieces))
+    flat = lambda ex: ex[0] if isinstance(ex, tuple) else [t for s in ex for t in s]
+    return next((ex for ex in examples if len(flat(ex)) >= 40 and words(flat(ex)) > 0.8), examples[0])
+
+
+@torch.no_grad()
+def show_fills(run, autocast, n_tokens=48):
+    """What the model predicts on one fixed held-out example, so a reader watches it learn: the text with every
+    predicted slot as [prediction|answer], then the query rows ([P], [ATTN], the continuation) the same way.
+    Fine-tuning: the first held-out source, its greedy summary and the reference."""
+    from objectives.masks import CTX
+    tok, obj, model = run.tok, run.objective, run.model
+    example = fills_example(run.splits["valid"], tok)
+    if run.cfg.task == "seq2seq":
+        from generate import generate
+        hyp = generate(model, obj, [example[0]], beam_size=1, max_len=32)[0][0][0]
+        return (f"  source: {tok.decode(example[0][:n_tokens])} ...\n  model:  {tok.decode(hyp)}\n"
+                f"  answer: {tok.decode(example[1])}")
+    batch = obj.make_batch([example], random.Random("fills")).to(run.dist.device)
+    if len(batch) == 0:
+        return "  (the fixed held-out passage was skipped by the objective)"
+    model.eval()
+    with autocast:
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)[0]
+    model.train()
+    labels, kind, ids = batch.labels[0], batch.kind[0], batch.input_ids[0]
+    rows = (labels != -100).nonzero().flatten()
+    guess = dict(zip(rows.tolist(), model.lm_logits(h[rows]).argmax(-1).tolist()))
+    piece = lambda i: tok.id_to_token(i)
+    cell = lambda r: f"[{piece(guess[r])}|{piece(int(labels[r]))}]"
+    context = [cell(r) if r in guess else piece(int(ids[r])) for r in range(len(ids)) if kind[r] == CTX]
+    queries = [cell(r) for r in guess if kind[r] != CTX]
+    right = sum(guess[r] == int(labels[r]) for r in guess)
+    lines = [f"  fills [prediction|answer], {right}/{len(guess)} right:", "  " + " ".join(context[:n_tokens])]
+    if queries:
+        lines.append("  queries: " + " ".join(queries[:n_tokens // 2]))
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -608,11 +719,12 @@ def evaluate_step(run, autocast):
 
 
 def checkpoint(run, model_cfg):
-    """Every rank's data position, then rank 0 writes atomically (a collective: every rank takes part)."""
-    states = [run.data_state]
-    if run.dist.ddp:
-        states = [None] * run.dist.world
-        dist.all_gather_object(states, run.data_state)
+    """Rank 0 writes atomically. The data position follows from the step (StepBatches): it is recorded, per rank,
+    for readers; --resume needs only the step."""
+    cfg = run.cfg
+    per_epoch = data.num_batches(len(run.splits["train"]), cfg.batch_size, run.dist.world)
+    epoch, index = divmod(run.step * cfg.grad_accum, per_epoch)
+    states = [{"epoch": epoch, "index": index}] * run.dist.world
     if run.dist.master:
         save_checkpoint(run.ckpt_path, dict(
             model=run.model.state_dict(), model_config=model_cfg.to_dict(), vocab=run.tok.vocab,
@@ -687,8 +799,12 @@ def finish(run):
         check_replicas_agree(run.model, run.dist.world, run.dist.master)
     if not run.dist.master:
         return
-    if run.objective.skipped:
-        print(f"examples the objective skipped, by reason: {run.objective.skipped}")
+    skipped = {}
+    for counts in run.skipped.values():
+        for reason, n in counts.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+    if skipped:
+        print(f"examples the objective skipped, by reason: {skipped}")
     print(f"{run.stop or 'done'}: {run.step} of {run.cfg.max_steps} steps; checkpoint {run.ckpt_path}; "
           f"metrics {run.out_dir / 'metrics.jsonl'}")
     if run.step < run.cfg.max_steps:
@@ -733,7 +849,8 @@ def main(argv):
     if ckpt is not None and cfg.resume and len(ckpt["data_state"]) != dist_.world:
         raise UsageError(f"the run was trained on {len(ckpt['data_state'])} process(es); resume it on as many")
     model_dict = model_settings(cfg, model_flags, ckpt)
-    resolve_defaults(cfg, model_dict)
+    trained_as = ckpt.get("train_config", {}).get("preset") if ckpt is not None else None
+    resolve_defaults(cfg, model_dict, given, trained_as)
     # 4. data
     tok, splits, info = prepare_data(cfg, obj_opts, starting_tokenizer(cfg, ckpt), dist_)
     # 5. model
@@ -766,21 +883,27 @@ def main(argv):
 
 def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ckpt):
     """The loop's state: where the data stream and the step counter start, the log file, the progress bar."""
-    step, data_state = 0, None
+    step = 0
     if cfg.resume:
         optimizer.load_state_dict(ckpt["optimizer"])
-        step, data_state = ckpt["step"], ckpt["data_state"][dist_.rank]
-    train_model = LossModule(torch.compile(model) if cfg.compile else model, objective)
+        step = ckpt["step"]
+    cuda = dist_.device.type == "cuda"
+    compiled = cfg.compile == "true" or (cfg.compile == "auto" and cuda)
+    if compiled:
+        # few distinct lengths, few compilations
+        objective.pad_multiple = 64
+    heads = [p for name, p in model.named_parameters() if name.startswith(("nsp_head.", "copy_head."))]
+    if compiled:
+        model.compile_blocks()
+    train_model = LossModule(model, objective, heads)
     if dist_.ddp:
-        # find_unused_parameters: some heads sit out some batches (NSP outside UniLM's bidirectional LM, PALM's
-        # copy head in stage 1)
-        device_ids = [dist_.device] if dist_.device.type == "cuda" else None
+        device_ids = [dist_.device] if cuda else None
         train_model = torch.nn.parallel.DistributedDataParallel(train_model, device_ids=device_ids,
-                                                                find_unused_parameters=True)
+                                                                gradient_as_bucket_view=True)
     run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, obj_opts, splits, out_dir_of(cfg),
-              step=step, data_state=data_state, sums={}, counts={}, recent={})
-    run.stream = data.infinite_batches(splits["train"], cfg.batch_size, cfg.seed, dist_.rank, dist_.world,
-                                       state=data_state)
+              step=step, skipped={}, sums={}, counts={}, recent={})
+    run.loader = batch_loader(run, step)
+    run.stream = iter(run.loader)
     run.first_bad = torch.tensor([cfg.max_steps + 1], device=dist_.device)
     if dist_.master:
         run.log_file = open_metrics(run, step)
@@ -800,6 +923,8 @@ def describe(run, info):
 
 
 def cleanup(run):
+    # the DataLoader's workers end with it
+    run.stream = run.loader = None
     if run.bar is not None:
         run.bar.close()
     if run.log_file:

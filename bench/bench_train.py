@@ -1,17 +1,22 @@
-"""Training throughput of every objective on the shared backbone, against HF BertForMaskedLM in the same run.
+"""Training throughput on one GPU: every objective and attention path, bare steps and train.py's own loop, against
+HF BertForMaskedLM (eager and compiled) and the card's measured bf16 matmul peak, all in ONE run.
 
-    python bench/bench_train.py                        # GPU: base preset, seq 512, batch 32, bf16 autocast
-    python bench/bench_train.py --tiny                 # CPU smoke run (a small model, a few steps)
+    python bench/bench_train.py --part bare      # matmul peak, HF eager + compiled, every objective x path
+    python bench/bench_train.py --part loop      # train.py itself, every objective at its default path
+    python bench/bench_train.py --part large     # the large preset: the biggest batch that fits, and its MFU
+    python bench/bench_train.py --tiny           # CPU smoke run of the bare part (a small model, a few steps)
 
-For each objective (unilm, pmlm, ernie_gen, palm with and without the copy head) and attention path (naive, sdpa)
-it times full training steps (forward, backward, AdamW) on pre-built batches and reports:
-  tokens/s      rows the model processes per second (pseudo [P] / [ATTN] rows included), padding excluded
-  corpus tok/s  original text tokens per second (what a reader of the corpus gets through)
-  MFU           model FLOPs (model.estimate_flops: 6N + 12 l d T + output layer at the predicted rows) / peak bf16
-  batch ms      CPU time of objective.make_batch per batch (train.py builds batches in its loop)
-HF's BertForMaskedLM (same width/depth/vocab, sdpa attention, all rows through its MLM head) is the baseline; the
-"vs HF" column is tokens/s over its tokens/s. Batches are random token ids shaped like real passages: speed does
-not depend on which ids they are. Prints a markdown table last; writes bench_train.json to $OUT when set.
+Data: the embedded corpus through data.prepare_pretrain, as train.py reads it (passages of seq_len - 3 tokens, a
+vocabulary of --vocab pieces trained on it), so a bare step and a train.py step see the same batches.
+  tokens/s      rows the model processes per second ([P] / [ATTN] rows included), padding excluded
+  corpus tok/s  corpus tokens per second (objective.corpus_tokens: context and target, not the added queries)
+  MFU           model FLOPs (model.estimate_flops) per second over the datasheet's dense bf16 peak (model.PEAK_FLOPS)
+  peak GiB      torch.cuda.max_memory_allocated over the timed steps
+A bare step is forward + backward + AdamW on batches already on the GPU, with the blocks compiled as train.py does
+on CUDA (eager for the naive path); train.py's loop adds everything else (batches built by DataLoader workers,
+copied, logged), measured from its own metrics.jsonl after the compilation steps. HF's BertForMaskedLM (same
+shape and vocabulary, sdpa attention, every row through its MLM head) is the baseline. Prints markdown tables
+last; writes bench_<part>.json to $OUT when set.
 """
 import argparse
 import json
@@ -19,61 +24,95 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import model as M                                    # noqa: E402
-from objectives import get_objective                 # noqa: E402
-from bench.bench_generate import synthetic_tokenizer  # noqa: E402  (speed depends on the vocabulary's size only)
-from tokenizer import SPECIAL_TOKENS as SPECIALS      # noqa: E402
+import data                                         # noqa: E402
+import model as M                                   # noqa: E402
+from objectives import get_objective                # noqa: E402
+from bench.bench_generate import synthetic_tokenizer  # noqa: E402,F401  (check_cuda.py takes it from here)
+from tokenizer import SPECIAL_TOKENS                # noqa: E402
+
+RUNS = [("unilm", {}, "unilm"), ("pmlm", {}, "pmlm"), ("ernie_gen", {}, "ernie_gen"),
+        ("palm", {}, "palm (copy)"), ("palm", {"copy": False}, "palm (no copy)")]
 
 
 def passages(n, length, vocab_size, rng):
-    """n passages of `length` tokens cut into sentences of 8-40 tokens."""
+    """n synthetic passages of `length` tokens cut into sentences of 8-40 tokens."""
     out = []
     for _ in range(n):
         sents, left = [], length
         while left > 0:
             k = min(left, rng.randint(8, 40))
-            sents.append([rng.randrange(len(SPECIALS), vocab_size) for _ in range(k)])
+            sents.append([rng.randrange(len(SPECIAL_TOKENS), vocab_size) for _ in range(k)])
             left -= k
         out.append(sents)
     return out
 
 
-def timed_steps(step_fn, batches, warmup, device):
+def corpus(args):
+    """The embedded corpus as train.py reads it: (tokenizer, training passages)."""
+    tok, splits, _ = data.prepare_pretrain(None, args.vocab, args.cache, max_tokens=args.seq_len - 3,
+                                           progress=False)
+    return tok, splits["train"]
+
+
+def timed(step_fn, batches, warmup, device):
+    """Median seconds of one step over batches[warmup:] (device-synchronised)."""
     for b in batches[:warmup]:
         step_fn(b)
+    sync(device)
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for b in batches[warmup:]:
         t0 = time.perf_counter()
         step_fn(b)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def bench_objective(name, impl, args, device, options, label):
-    tok = synthetic_tokenizer(args.vocab)
-    cls_defaults = get_objective(name, tok, max_len=args.max_position, **options).model_defaults
-    cfg = M.ModelConfig(**{**M.PRESETS[args.preset], "vocab_size": args.vocab, "dropout": 0.1,
-                           "attn_impl": impl, **cls_defaults})
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_gib(device):
+    return torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+
+
+def matmul_peak(device):
+    """The card's bf16 matrix-product rate, measured (8192^3, random data)."""
+    if device.type != "cuda":
+        return float("nan")
+    a, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
+    sec = timed(lambda _: a @ b, [None] * 13, 3, device)
+    return 2 * 8192 ** 3 / sec
+
+
+def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None):
+    preset = preset or args.preset
+    batch_size = batch or args.batch
+    obj = get_objective(name, tok, max_len=M.PRESETS[preset]["max_position"], **options)
+    obj.set_step(10 ** 9, 10 ** 9)                 # PALM: stage 2 (continuation + copy)
+    cfg = M.ModelConfig(**{**M.PRESETS[preset], "vocab_size": len(tok), "dropout": 0.1, "attn_impl": impl,
+                           **obj.model_defaults})
     torch.manual_seed(0)
     model = M.Transformer(cfg).to(device)
-    objective = get_objective(name, tok, max_len=cfg.max_position, **options)
-    if hasattr(objective, "set_step"):                      # PALM: time stage 2 (continuation + copy)
-        objective.set_step(10 ** 9, 10 ** 9)
+    compiled = device.type == "cuda" and impl != "naive" and not args.eager
+    if compiled:
+        model.compile_blocks()
+        obj.pad_multiple = 64                      # as train.py does when it compiles
     rng = random.Random(0)
     n = args.warmup + args.steps
-    raw = [passages(args.batch, args.seq_len - 3, args.vocab, rng) for _ in range(n)]
+    raw = [rng.sample(examples, batch_size) for _ in range(n)]
     t0 = time.perf_counter()
-    batches = [objective.make_batch(ex, random.Random(k)) for k, ex in enumerate(raw)]
+    batches = [obj.make_batch(ex, random.Random(k)) for k, ex in enumerate(raw)]
     make_ms = (time.perf_counter() - t0) / n * 1000
     batches = [b.to(device) for b in batches]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
@@ -81,106 +120,157 @@ def bench_objective(name, impl, args, device, options, label):
 
     def step(b):
         with autocast:
-            loss, _ = objective.loss(model, b)
+            loss, _ = obj.loss(model, b)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    sec = timed_steps(step, batches, args.warmup, device)
+    sec = timed(step, batches, args.warmup, device)
+    rows = sum(b.n_tokens for b in batches[args.warmup:]) / args.steps
+    corpus_rows = sum(obj.corpus_tokens(b) for b in batches[args.warmup:]) / args.steps
     b = batches[-1]
-    rows = b.n_tokens
-    corpus = sum(len(s) for ex in raw[-1] for s in ex) + 3 * args.batch    # text + [SOS] [EOS] [EOS]
-    flops = rows * model.estimate_flops(b.input_ids.size(1), int((b.labels != -100).sum()) / rows)
-    return dict(label=label, impl=impl, seq=b.input_ids.size(1), tokens_s=rows / sec, corpus_tokens_s=corpus / sec,
-                flops_s=flops / sec, step_ms=sec * 1000, batch_ms=make_ms)
+    flops = b.n_tokens * model.estimate_flops(b.input_ids.size(1), int((b.labels != -100).sum()) / b.n_tokens)
+    return dict(label=label, impl=impl, compiled=compiled, seq=b.input_ids.size(1), batch=batch_size,
+                tokens_s=rows / sec, corpus_tokens_s=corpus_rows / sec, flops_s=flops * rows / b.n_tokens / sec,
+                step_ms=sec * 1000, make_batch_ms=make_ms, peak_gib=peak_gib(device))
 
 
-def bench_hf(args, device):
+def bench_hf(args, device, vocab, compiled):
     from transformers import BertConfig, BertForMaskedLM
     p = M.PRESETS[args.preset]
-    cfg = BertConfig(vocab_size=args.vocab, hidden_size=p["n_embd"], num_hidden_layers=p["n_layer"],
+    cfg = BertConfig(vocab_size=vocab, hidden_size=p["n_embd"], num_hidden_layers=p["n_layer"],
                      num_attention_heads=p["n_head"], intermediate_size=p["ffn_dim"],
                      max_position_embeddings=p["max_position"], attn_implementation="sdpa")
     torch.manual_seed(0)
     model = BertForMaskedLM(cfg).to(device)
+    fwd = torch.compile(model) if compiled else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     g = torch.Generator().manual_seed(0)
     L = args.seq_len
     batches = []
     for _ in range(args.warmup + args.steps):
-        ids = torch.randint(len(SPECIALS), args.vocab, (args.batch, L), generator=g)
+        ids = torch.randint(len(SPECIAL_TOKENS), vocab, (args.batch, L), generator=g)
         labels = torch.where(torch.rand(args.batch, L, generator=g) < 0.15, ids, torch.full_like(ids, -100))
         batches.append((ids.to(device), labels.to(device)))
 
     def step(b):
         with autocast:
-            loss = model(input_ids=b[0], attention_mask=torch.ones_like(b[0]), labels=b[1]).loss
+            loss = fwd(input_ids=b[0], attention_mask=torch.ones_like(b[0]), labels=b[1]).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    sec = timed_steps(step, batches, args.warmup, device)
+    sec = timed(step, batches, args.warmup, device)
     n_params = sum(q.numel() for q in model.parameters())
-    n_emb = sum(q.numel() for n_, q in model.named_parameters() if "embeddings" in n_) + args.vocab  # + MLM bias
+    n_emb = sum(q.numel() for n_, q in model.named_parameters() if "embeddings" in n_) + vocab  # + MLM bias
     d, layers = p["n_embd"], p["n_layer"]
     # the same formula as model.estimate_flops; HF sends every row through its MLM head (pred_frac = 1)
-    per_token = 6 * (n_params - n_emb) + 12 * layers * d * L + 6 * d * args.vocab
+    per_token = 6 * (n_params - n_emb) + 12 * layers * d * L + 6 * d * vocab
     rows = args.batch * L
-    return dict(label="HF BertForMaskedLM", impl="sdpa", seq=L, tokens_s=rows / sec, corpus_tokens_s=rows / sec,
-                flops_s=rows * per_token / sec, step_ms=sec * 1000, batch_ms=float("nan"))
+    label = "HF BertForMaskedLM" + (" (compiled)" if compiled else " (eager)")
+    return dict(label=label, impl="sdpa", compiled=compiled, seq=L, batch=args.batch, tokens_s=rows / sec,
+                corpus_tokens_s=rows / sec, flops_s=rows * per_token / sec, step_ms=sec * 1000,
+                make_batch_ms=float("nan"), peak_gib=peak_gib(device))
+
+
+def bench_loop(name, options, label, args, device):
+    """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl."""
+    import train
+    out = Path(tempfile.mkdtemp(prefix=f"loop-{name}-"))
+    flags = ["--objective", name, "--preset", args.preset, "--vocab_size", str(args.vocab), "--seq_len",
+             str(args.seq_len), "--batch_size", str(args.batch), "--max_steps", str(args.loop_steps),
+             "--log_interval", "10", "--eval_interval", "100000", "--ckpt_interval", "100000",
+             "--cache_dir", args.cache, "--out_dir", str(out), "--progress", "false"]
+    for key, value in options.items():
+        flags += [f"--{key}", str(value).lower()]
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    train.main(flags)
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in records if r["split"] == "train"][3:]          # after compilation and warm-up
+    med = lambda key: statistics.median(r[key] for r in records) if records and key in records[0] else float("nan")
+    return dict(label=label, impl="default", compiled=None, seq=args.seq_len, batch=args.batch,
+                tokens_s=med("tokens_per_s"), corpus_tokens_s=med("corpus_tokens_per_s"),
+                flops_s=med("mfu") * (M.peak_flops(device) or float("nan")), step_ms=float("nan"),
+                make_batch_ms=float("nan"), peak_gib=peak_gib(device))
+
+
+def table(rows, peak, title):
+    print(f"\n{title}")
+    print("| run | attention | compiled | batch | L | tokens/s | corpus tok/s | MFU | step ms | peak GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        mfu = f"{r['flops_s'] / peak:.1%}" if peak else "-"
+        print(f"| {r['label']} | {r['impl']} | {r['compiled']} | {r['batch']} | {r['seq']} | {r['tokens_s']:,.0f} | "
+              f"{r['corpus_tokens_s']:,.0f} | {mfu} | {r['step_ms']:.1f} | {r['peak_gib']:.1f} |")
+
+
+def attempt(rows, fn, *a, **kw):
+    """One row; a failure is printed and the others go on."""
+    try:
+        rows.append(fn(*a, **kw))
+        print(rows[-1], flush=True)
+    except Exception as e:
+        print(f"{fn.__name__}{a[:2] if fn is not bench_hf else ''} failed: {type(e).__name__}: {str(e)[:500]}",
+              file=sys.stderr, flush=True)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", choices=["bare", "loop", "large"], default="bare")
     ap.add_argument("--preset", default="base")
     ap.add_argument("--seq_len", type=int, default=512)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=30522)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--impls", default="naive,sdpa")
-    ap.add_argument("--only", default="", help="comma-separated labels to run (default: all)")
+    ap.add_argument("--loop_steps", type=int, default=100)
+    ap.add_argument("--impls", default="sdpa,flex")
+    ap.add_argument("--only", default="", help="comma-separated run labels (default: all)")
+    ap.add_argument("--cache", default=".cache")
+    ap.add_argument("--eager", action="store_true", help="no compiled blocks")
+    ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run")
     args = ap.parse_args()
     if args.tiny:
         args.preset, args.seq_len, args.batch, args.vocab, args.steps, args.warmup = "tiny", 64, 4, 1000, 2, 1
-    args.max_position = M.PRESETS[args.preset]["max_position"]
+        args.impls, args.loop_steps = "naive,sdpa", 40
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    peak = M.peak_flops(device)
-    runs = [("unilm", {}, "unilm"), ("pmlm", {}, "pmlm"), ("ernie_gen", {}, "ernie_gen"),
-            ("palm", {}, "palm (copy)"), ("palm", {"copy": False}, "palm (no copy)")]
-    only = set(args.only.split(",")) - {""}
-    results = []
-    for impl in args.impls.split(","):
-        for name, options, label in runs:
-            if only and label not in only:
-                continue
-            try:
-                results.append(bench_objective(name, impl, args, device, options, label))
-                print(results[-1], flush=True)
-            except Exception as e:                      # one broken row must not lose the others
-                print(f"{label}/{impl} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    try:
-        hf = bench_hf(args, device)
-        results.append(hf)
-    except Exception as e:
-        hf = None
-        print(f"HF baseline skipped: {type(e).__name__}: {e}", file=sys.stderr)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    print(f"\n{name}, torch {torch.__version__}, preset {args.preset}, batch {args.batch}, text length {args.seq_len}")
-    print("| model | attention | rows | tokens/s | corpus tok/s | MFU | step ms | make_batch ms | vs HF |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in results:
-        mfu = f"{r['flops_s'] / peak:.1%}" if peak else "-"
-        vs = f"{r['tokens_s'] / hf['tokens_s']:.2f}x" if hf else "-"
-        print(f"| {r['label']} | {r['impl']} | {r['seq']} | {r['tokens_s']:,.0f} | {r['corpus_tokens_s']:,.0f} | {mfu} "
-              f"| {r['step_ms']:.1f} | {r['batch_ms']:.1f} | {vs} |")
+    peak = M.peak_flops(device)
+    only = set(args.only.split(",")) - {""}
+    tok, examples = corpus(args)
+    rows, measured = [], {}
+    if args.part == "bare":
+        measured["matmul_tflops"] = matmul_peak(device) / 1e12
+        for impl in args.impls.split(","):
+            for obj_name, options, label in RUNS:
+                if not only or label in only:
+                    attempt(rows, bench_objective, obj_name, impl, options, label, tok, examples, args, device)
+        for compiled in (() if args.no_hf else (False, True)):
+            attempt(rows, bench_hf, args, device, len(tok), compiled)
+    elif args.part == "loop":
+        for obj_name, options, label in RUNS:
+            if not only or label in only:
+                attempt(rows, bench_loop, obj_name, options, label, args, device)
+    else:
+        args.preset = "large"
+        for batch in (8, 16, 24, 32, 48, 64):
+            before = len(rows)
+            attempt(rows, bench_objective, "pmlm", args.impls.split(",")[-1], {}, f"pmlm large, batch {batch}",
+                    tok, examples, args, device, preset="large", batch=batch)
+            if len(rows) == before:                    # out of memory (or broken): the last one that fitted
+                break
+    print(f"\n{name}, torch {torch.__version__}, preset {args.preset}, batch {args.batch}, text {args.seq_len}, "
+          f"vocab {len(tok)}; measured bf16 matmul {measured.get('matmul_tflops', float('nan')):.0f} TFLOP/s; "
+          f"MFU against the datasheet peak {(peak or float('nan')) / 1e12:.0f} TFLOP/s")
+    table(rows, peak, f"part {args.part}")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "bench_train.json").write_text(json.dumps(dict(device=name, torch=torch.__version__,
-                                                                             results=results), indent=1))
+        Path(os.environ["OUT"], f"bench_{args.part}.json").write_text(json.dumps(
+            dict(device=name, torch=torch.__version__, measured=measured, args=vars(args), rows=rows), indent=1))
 
 
 if __name__ == "__main__":

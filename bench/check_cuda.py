@@ -1,11 +1,15 @@
-"""On a GPU, the fused paths must still equal the readable ones (CPU tests only see SDPA's math backend).
+"""On a GPU, the fast paths must still equal the readable ones (CPU tests see only forward passes of FlexAttention
+and SDPA's math backend).
 
     python bench/check_cuda.py
 
-For every objective's real pre-training batch (base preset shapes, random weights): the final hidden states of the
-naive attention path vs SDPA (which picks cuDNN / efficient kernels on CUDA), in fp32 and under bf16 autocast, as
-relative errors ||a - b|| / ||b||; and greedy decoding with the KV cache vs without it (tokens identical).
-Prints a table; exits non-zero if a check fails.
+For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
+  - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (block mask from kind/block, the
+    relative bias as a score_mod) against the naive path, in fp32 and under bf16 autocast, as ||a - b|| / ||b||;
+  - the gradients of every parameter of the same loss, flex and sdpa against naive (fp32);
+  - the model with compiled blocks (train.py's default on CUDA) against the eager one;
+and PALM's compiled copy scores against eager ones (values and gradients), and greedy/beam decoding with the KV
+cache against recomputation (tokens identical). Prints a table; exits non-zero if a check fails.
 """
 import random
 import sys
@@ -18,10 +22,77 @@ import model as M                                              # noqa: E402
 from bench.bench_train import passages, synthetic_tokenizer   # noqa: E402
 from generate import generate                                  # noqa: E402
 from objectives import get_objective                           # noqa: E402
+from objectives.masks import PAD                               # noqa: E402
 
 
 def rel(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def hidden(model, batch, impl, dtype):
+    model.config.attn_impl = impl
+    with torch.no_grad(), torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+        return model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)[batch.kind != PAD]
+
+
+def grads(model, objective, batch, impl):
+    model.config.attn_impl = impl
+    model.zero_grad(set_to_none=True)
+    loss, _ = objective.loss(model, batch)
+    loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def check_objective(name, tok, dev, rows):
+    obj = get_objective(name, tok, max_len=512)
+    obj.set_step(10, 10)
+    cfg = M.ModelConfig(**{**M.PRESETS["base"], "vocab_size": len(tok), "dropout": 0.0, **obj.model_defaults})
+    torch.manual_seed(0)
+    model = M.Transformer(cfg).to(dev).eval()
+    batch = obj.make_batch(passages(8, 509, len(tok), random.Random(0)), random.Random(0)).to(dev)
+    ok = True
+    for dtype, limit in ((torch.float32, 1e-3), (torch.bfloat16, 2e-2)):   # tf32 / bf16 arithmetic
+        ref = hidden(model, batch, "naive", dtype)
+        for impl in ("sdpa", "flex"):
+            err = rel(hidden(model, batch, impl, dtype), ref)
+            ok &= err < limit
+            rows.append((name, f"{impl} vs naive, hidden, {str(dtype)[6:]}", f"{err:.2e}", err < limit))
+    ref = grads(model, obj, batch, "naive")
+    for impl in ("sdpa", "flex"):
+        err = rel(grads(model, obj, batch, impl), ref)
+        ok &= err < 1e-3
+        rows.append((name, f"{impl} vs naive, gradients, fp32", f"{err:.2e}", err < 1e-3))
+    eager = hidden(model, batch, "flex", torch.bfloat16)
+    model.compile_blocks()
+    err = rel(hidden(model, batch, "flex", torch.bfloat16), eager)
+    ok &= err < 2e-2
+    rows.append((name, "compiled blocks vs eager (flex, bf16)", f"{err:.2e}", err < 2e-2))
+    model = M.Transformer(cfg).to(dev).eval()
+    obj_s2s = get_objective(name, tok, task="seq2seq", max_len=512)
+    sources = [s[0] for s in passages(4, 100, len(tok), random.Random(1))]
+    with torch.no_grad():
+        a = generate(model, obj_s2s, sources, beam_size=3, max_len=16, use_cache=True)
+        b = generate(model, obj_s2s, sources, beam_size=3, max_len=16, use_cache=False)
+    same = [x[0][0] for x in a] == [x[0][0] for x in b]
+    rows.append((name, "beam 3: cache vs no cache (fp32)", "tokens equal" if same else "tokens differ", same))
+    return ok and same
+
+
+def check_copy_scores(dev, rows):
+    """PALM's Eq. 3 scores: the compiled fused kernel against the written-out (B, T, S, d) version."""
+    g = torch.Generator(device=dev).manual_seed(0)
+    hm, ws, w = (torch.randn(*shape, device=dev, generator=g, requires_grad=True)
+                 for shape in ((8, 400, 768), (8, 100, 768), (768,)))
+    outs = []
+    for fn in (M._additive_scores, M.additive_scores()):
+        for x in (hm, ws, w):
+            x.grad = None
+        e = fn(hm, ws, w)
+        (e * torch.linspace(-1, 1, e.numel(), device=dev).view_as(e)).sum().backward()
+        outs.append([e.detach()] + [x.grad.clone() for x in (hm, ws, w)])
+    err = max(rel(a, b) for a, b in zip(outs[1], outs[0]))
+    rows.append(("palm", "copy scores: compiled vs eager, values and gradients", f"{err:.2e}", err < 1e-4))
+    return err < 1e-4
 
 
 def main():
@@ -30,36 +101,17 @@ def main():
     tok = synthetic_tokenizer(30522)
     rows, ok = [], True
     for name in ("unilm", "pmlm", "ernie_gen", "palm"):
-        obj = get_objective(name, tok, max_len=512)
-        cfg = M.ModelConfig(**{**M.PRESETS["base"], "vocab_size": 30522, "dropout": 0.0, **obj.model_defaults})
-        torch.manual_seed(0)
-        model = M.Transformer(cfg).to(dev).eval()
-        batch = obj.make_batch(passages(8, 509, 30522, random.Random(0)), random.Random(0)).to(dev)
-        real = batch.attn_mask.any(-1)
-        for dtype in (torch.float32, torch.bfloat16):
-            out = {}
-            for impl in ("naive", "sdpa"):
-                model.config.attn_impl = impl
-                with torch.no_grad(), torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
-                    out[impl] = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)[real]
-            err = rel(out["sdpa"], out["naive"])
-            limit = 1e-3 if dtype == torch.float32 else 2e-2      # tf32 / bf16 arithmetic (device METHOD.md)
-            ok &= err < limit
-            rows.append((name, f"naive vs sdpa, {str(dtype)[6:]}", f"{err:.2e}", "ok" if err < limit else "FAIL"))
-        model.config.attn_impl = "sdpa"
-        obj_s2s = get_objective(name, tok, task="seq2seq", max_len=512)
-        sources = [s[0] for s in passages(4, 100, 30522, random.Random(1))]
-        with torch.no_grad():
-            a = generate(model, obj_s2s, sources, beam_size=3, max_len=16, use_cache=True)
-            b = generate(model, obj_s2s, sources, beam_size=3, max_len=16, use_cache=False)
-        same = [x[0][0] for x in a] == [x[0][0] for x in b]
-        ok &= same
-        rows.append((name, "beam 3: cache vs no cache (fp32)", "tokens equal" if same else "tokens differ",
-                     "ok" if same else "FAIL"))
+        try:
+            ok &= check_objective(name, tok, dev, rows)
+        except Exception as e:                       # report, and go on with the other checks
+            ok = False
+            rows.append((name, "check crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
+        torch.cuda.empty_cache()
+    ok &= check_copy_scores(dev, rows)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| objective | check | result | |\n|---|---|---|---|")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
+    for name, what, value, good in rows:
+        print(f"| {name} | {what} | {value} | {'ok' if good else 'FAIL'} |")
     sys.exit(0 if ok else 1)
 
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from objectives import masks
-from objectives.masks import CTX, PAD
+from objectives.masks import CTX, ORIG, PAD
 
 # ---------------------------------------------------------------------------------------------------------------
 # What an objective produces: Examples, then a Batch
@@ -77,6 +77,17 @@ class Batch:
     def attn_mask(self):
         """(B, L, L) bool, True = query i may attend key j: the one rule of objectives/masks.py."""
         return masks.attention_mask(self.kind, self.block)
+
+    @property
+    def mask(self):
+        """The mask described (kind, block): what objectives hand the model, which builds it on its device."""
+        return masks.MaskSpec(self.kind, self.block)
+
+    def pin_memory(self):
+        """For a DataLoader's pin_memory (batches built in worker processes, copied to the GPU asynchronously)."""
+        pin = lambda t: t.pin_memory() if torch.is_tensor(t) else t
+        names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
+        return Batch(*(pin(getattr(self, k)) for k in names), {k: pin(v) for k, v in self.extras.items()})
 
     def to(self, device):
         move = lambda t: t.to(device, non_blocking=True) if torch.is_tensor(t) else t
@@ -138,6 +149,7 @@ class Objective:
     model_defaults = {}           # ModelConfig fields it needs (pmlm: relative position bias; palm: copy head)
     align_source = False          # collate pads every example's context part to one width (PALM's layout)
     n_segments = 2                # segment ids used: the model needs ModelConfig.n_segment >= this
+    pad_multiple = 1              # collate pads the batch length up to a multiple of this
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
         if task not in ("pretrain", "seq2seq"):
@@ -207,6 +219,8 @@ class Objective:
             extras["source_width"] = S
             rows = [self._aligned(row, S) for row in rows]
         L = max((len(row) for row in rows), default=0)
+        # lengths rounded up to a multiple: fewer distinct shapes for torch.compile (train.py sets it on CUDA)
+        L = -(-L // self.pad_multiple) * self.pad_multiple
         column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)
         return Batch(column("input_ids", self.tok.pad_id), column("position_ids", 0),
                      column("segment_ids", self.segments[1] if self.align_source else 0),
@@ -232,6 +246,11 @@ class Objective:
 
     def compute_loss(self, model, batch):
         raise NotImplementedError
+
+    def corpus_tokens(self, batch):
+        """How many tokens of the corpus a batch reads: its context and target tokens (CTX, ORIG), not the query
+        tokens an objective adds ([P], [ATTN]) nor padding. Throughput in these compares objectives fairly."""
+        return int(((batch.kind == CTX) | (batch.kind == ORIG)).sum())
 
     def decode_logprobs(self, model, h, source):
         """Log-probabilities (N, V) of the next target token from the query rows' final states h (N, d).
@@ -312,7 +331,7 @@ def warn_once(message):
         warnings.warn(message, stacklevel=2)
 
 
-OBJECTIVES = {"unilm": "unilm", "pmlm": "pmlm", "ernie_gen": "ernie_gen", "palm": "palm"}
+OBJECTIVES = {"unilm": "unilm", "pmlm": "pmlm", "ernie_gen": "ernie_gen", "palm": "palm", "mass": "mass"}
 
 
 def objective_class(name):

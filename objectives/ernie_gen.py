@@ -11,6 +11,9 @@ the three flows of Eq. 5 (the contextual flow never attends to an [ATTN] row, so
     segment 0        segment 1         segment 1                  segment 1
     M_C: bidir.      S' + T'_<=i       S' + T'_<i + itself (M_W)  S' + T'_<b + itself, j in span [b, e) (M_S)
 
+`separate_flows` is the naive reading of Eq. 2-6: the three flows computed apart, layer by layer, with the
+model's own weights; the tests (and notebooks/ernie_gen.ipynb) hold the one sequence equal to it.
+
 Pre-training (3.1). Per passage draw D_i from D = {U(1,4) p 0.4, U(4,32) p 0.6}, then draw fragments until
 gamma = 25% of the passage's tokens are used. A fragment's length is drawn in tokens, starts at a word start
 and ends at a word end (a `##` piece stays with its word, so it may run past the drawn length); fragments do not
@@ -61,6 +64,7 @@ import math
 import os
 from collections import Counter
 
+import torch
 from tqdm import tqdm
 
 from objectives import Example, Objective, lm_loss, option, random_token, warn_once
@@ -172,6 +176,60 @@ def load_span_vocab(path, tokenizer):
         ids = [tokenizer.token_to_id(p) for p in pieces.split(" ")]
         ngrams.append(tuple(tuple(ids[a:b]) for a, b in word_ranges(ids, continuation)))
     return SpanVocab(ngrams)
+
+
+# --- Eq. 2-6 flow by flow: the naive computation ----------------------------------------------------------------
+
+def separate_flows(model, input_ids, position_ids, segment_ids, kind, block):
+    """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention, per layer.
+
+    For ONE example (1-D tensors, as an Example holds them; no padding), with the model's own weights:
+
+        X^(l+1)   = MH-Attn(Q = X^(l),   KV = X^(l),          M_C)     contextual flow, X = [S'; T'] (Eq. 2)
+        A_W^(l+1) = MH-Attn(Q = A_W^(l), KV = [X^(l); A_W^(l)], M_W)   word-by-word flow (Eq. 3)
+        A_S^(l+1) = MH-Attn(Q = A_S^(l), KV = [X^(l); A_S^(l)], M_S)   span-by-span flow (Eq. 4)
+                                                                      (the three together: Eq. 5)
+    with M_ij = 0 where i may attend j and -inf elsewhere (Eq. 6). Each layer is the model's pre-LN block,
+    x + Attn(LN(x)), then x + FFN(LN(x)), unrolled so that queries and keys/values can come from different
+    flows. The masks are written from the equations, not from masks.multi_flow. -> the final states of
+    X, A_W and A_S (A_S is empty when the example has no span flow). The model itself computes all three in
+    ONE sequence with one mask (model(...) on the Example): the same numbers, one attention call per layer.
+    Written for reading and checking: slow, no dropout, no relative position bias (ERNIE-GEN uses none).
+    """
+    if model.rel_bias is not None:
+        raise ValueError("separate_flows: the model has a relative position bias, which ERNIE-GEN does not use")
+    is_x, is_w, is_s = (kind == CTX) | (kind == ORIG), kind == PSEUDO, kind == SPAN
+    x_kind, x_block = kind[is_x], block[is_x]
+    src, tgt = x_kind == CTX, x_kind == ORIG             # S' and T' inside X
+    # M_C (Eq. 2): every row of X sees S'; a T' token t_i also sees t_<=i
+    m_c = src[None, :] | (tgt[:, None] & tgt[None, :] & (x_block[None, :] <= x_block[:, None]))
+
+    def m_gen(q_block):
+        """M_W (Eq. 3, q_block = i) and M_S (Eq. 4, q_block = b, the start of the query's span): keys [X; A]
+        -> S', t_<q_block, and the query itself (no other [ATTN])."""
+        seen = src[None, :] | (tgt[None, :] & (x_block[None, :] < q_block[:, None]))
+        return torch.cat([seen, torch.eye(len(q_block), dtype=torch.bool, device=kind.device)], 1)
+
+    def mh_attn_layer(blk, q_in, kv_in, mask):
+        """One Transformer layer whose queries come from q_in and keys/values from kv_in (mask: True = attend)."""
+        C, H = q_in.size(-1), model.config.n_head
+        q = blk.attn.qkv(blk.ln1(q_in)).split(C, -1)[0]
+        _, k, v = blk.attn.qkv(blk.ln1(kv_in)).split(C, -1)
+        heads = lambda t: t.view(-1, H, C // H).transpose(0, 1)                  # (H, L, D)
+        scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(C // H)      # QK^T / sqrt(d_k)
+        w = scores.masked_fill(~mask, float("-inf")).softmax(-1)               # softmax(QK^T / sqrt(d_k) + M)
+        y = (w @ heads(v)).transpose(0, 1).reshape(-1, C)
+        x = q_in + blk.attn.proj(y)
+        return x + blk.ffn(blk.ln2(x))
+
+    e = model.embed(input_ids[None], position_ids[None], segment_ids[None])[0]
+    x, a_w, a_s = e[is_x], e[is_w], e[is_s]
+    m_w, m_s = m_gen(block[is_w]), m_gen(block[is_s])
+    for blk in model.blocks:                                # every flow reads the layer-l states of X
+        x, a_w, a_s = (mh_attn_layer(blk, x, x, m_c),
+                       mh_attn_layer(blk, a_w, torch.cat([x, a_w]), m_w),
+                       mh_attn_layer(blk, a_s, torch.cat([x, a_s]), m_s))
+    return model.ln_f(x), model.ln_f(a_w), model.ln_f(a_s)
 
 
 # --- the objective -----------------------------------------------------------------------------------------
@@ -321,7 +379,7 @@ class ErnieGenObjective(Objective):
 
     # -- Eq. 7 -------------------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):
-        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)  # all flows (Eq. 5)
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # all flows (Eq. 5)
         kind = batch.kind
         loss_w, acc_w = lm_loss(model, h, batch.labels.masked_fill(kind != PSEUDO, -100), self.label_smoothing)
         metrics, loss = {"loss_word": loss_w.detach(), "acc_word": acc_w}, loss_w

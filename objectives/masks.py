@@ -29,6 +29,8 @@ UniLMv2 (section 3.2, Figure 5):     pseudo_masked
 ERNIE-GEN (section 3.3, Figure 3d):  multi_flow (contextual, word-by-word and span-by-span flows in one mask)
 PALM (section 2.1):                  seq2seq (context bidirectional = encoder, continuation causal = decoder)
 """
+from typing import NamedTuple
+
 import torch
 
 # token kinds (the `kind` vector of a Batch)
@@ -61,6 +63,29 @@ def attention_mask(kind, block):
     L = kind.size(1)
     same = torch.eye(L, dtype=torch.bool, device=kind.device)[None]
     return may_attend(kind[:, :, None], block[:, :, None], kind[:, None, :], block[:, None, :], same)
+
+
+class MaskSpec(NamedTuple):
+    """A mask described, not materialised: what a Batch hands the model (model.Transformer builds it there).
+
+    dense()      the (B, L, L) bool mask, built on kind's device (the naive and SDPA paths)
+    mask_mod()   the rule for one (query, key) pair, FlexAttention's mask_mod; a padding query sees itself
+                 there (as the dense path's model does), so its softmax stays finite
+    """
+    kind: torch.Tensor        # (B, L)
+    block: torch.Tensor       # (B, L)
+
+    def dense(self):
+        return attention_mask(self.kind, self.block)
+
+    def mask_mod(self):
+        kind, block = self.kind, self.block
+
+        def mod(b, h, q, k):
+            q_kind = kind[b, q]
+            allowed = may_attend(q_kind, block[b, q], kind[b, k], block[b, k], q == k)
+            return allowed | ((q_kind == PAD) & (q == k))
+        return mod
 
 
 # --- UniLM: the four LMs, from lengths -------------------------------------------------------------------

@@ -217,7 +217,7 @@ class PalmObjective(Objective):
     # --- loss ------------------------------------------------------------------------------------------------------
 
     def compute_loss(self, model, batch):
-        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         S = batch.extras["source_width"]
         stage = batch.extras["stage"]
         metrics, total = {"stage": stage}, 0.0
@@ -272,7 +272,7 @@ class PalmObjective(Objective):
 
     def pointer_outputs(self, model, batch):
         """For notebooks: (log P (B, T, V), lambda (B, T), alpha (B, T, S)) at the continuation rows of a batch."""
-        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         S = batch.extras["source_width"]
         s = h[:, S:]
         head = self._head(model)

@@ -254,9 +254,15 @@ class PMLMObjective(Objective):
 
     # --- Eq. 7 ---------------------------------------------------------------------------------------------------
 
+    def corpus_tokens(self, batch):
+        """Pre-training reads the context part only: the appended originals are copies of its masked tokens."""
+        if self.task == "pretrain":
+            return int((batch.kind == CTX).sum())
+        return super().corpus_tokens(batch)
+
     def compute_loss(self, model, batch):
         """L = L_AE (at the masked context slots) + L_PAR (at the [P]s), from ONE forward pass (Eq. 7)."""
-        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)      # (B, L, d)
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)      # (B, L, d)
         par = batch.kind == PSEUDO
         loss_par, acc_par = lm_loss(model, h, batch.labels.masked_fill(~par, -100), self.label_smoothing)
         if self.task == "seq2seq":

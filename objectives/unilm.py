@@ -224,7 +224,7 @@ class UniLMObjective(Objective):
 
     def compute_loss(self, model, batch):
         """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward pass."""
-        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)      # (B, L, d)
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)      # (B, L, d)
         loss_mlm, acc = lm_loss(model, h, batch.labels, self.label_smoothing)
         loss = loss_mlm
         metrics = {"loss_mlm": loss_mlm.detach(), "acc_mlm": acc}

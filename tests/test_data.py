@@ -359,3 +359,15 @@ def test_infinite_batches_resume_exactly():
         next(data.batches(ex, 4, seed=0, epoch=0, rank=2, world_size=2))
     with pytest.raises(data.DataError, match="too few"):
         next(data.infinite_batches(ex[:3], 4, seed=0))
+
+
+def test_batch_at_is_random_access_into_the_endless_stream():
+    """data.batch_at(g) is the g-th batch infinite_batches yields, on every rank, across epochs."""
+    examples = list(range(103))
+    for rank, world in ((0, 1), (1, 2), (2, 3)):
+        stream = data.infinite_batches(examples, 8, seed=3, rank=rank, world_size=world)
+        for g in range(40):
+            batch, _ = next(stream)
+            assert batch == data.batch_at(examples, 8, 3, g, rank, world), (rank, world, g)
+    with pytest.raises(data.DataError, match="too few"):
+        data.batch_at(examples[:3], 8, 3, 0)

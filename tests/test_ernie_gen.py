@@ -1,7 +1,7 @@
-"""ERNIE-GEN (objectives/ernie_gen.py): masks against Fig. 3d, leakage by autograd, Eq. 5 by a literal per-flow
-computation, fragment / noise / span-vocabulary statistics, the seq2seq layout against the decoding loop."""
+"""ERNIE-GEN (objectives/ernie_gen.py): masks against Fig. 3d, leakage by autograd, Eq. 5 against the per-flow
+computation (separate_flows), fragment / noise / span-vocabulary statistics, the seq2seq layout against the
+decoding loop."""
 import json
-import math
 import random
 
 import pytest
@@ -9,8 +9,8 @@ import torch
 
 import model as M
 from objectives import get_objective
-from objectives.ernie_gen import (LENGTH_DISTRIBUTIONS, SpanVocab, build_span_vocab, load_span_vocab, t_statistic,
-                                  word_ranges)
+from objectives.ernie_gen import (LENGTH_DISTRIBUTIONS, SpanVocab, build_span_vocab, load_span_vocab,
+                                  separate_flows, t_statistic, word_ranges)
 from objectives.masks import CTX, ORIG, PSEUDO, SPAN
 from tests.helpers import input_gradients, tiny_model
 from tokenizer import SPECIAL_TOKENS, WordPiece
@@ -162,40 +162,6 @@ def test_no_leakage_by_autograd(tok, passages, impl):
     assert n_checked >= 30
 
 
-def literal_flows(model, ids, pos, seg, kind, block):
-    """Eq. 2-6 computed flow by flow, per layer, with the model's own block weights:
-        X'   = Layer(Q = X,   KV = X,         M_C)
-        A_W' = Layer(Q = A_W, KV = [X; A_W],  M_W)
-        A_S' = Layer(Q = A_S, KV = [X; A_S],  M_S)
-    Masks are written from the equations (not masks.multi_flow). Returns the final states of X, A_W, A_S."""
-    is_x, is_w, is_s = (kind == CTX) | (kind == ORIG), kind == PSEUDO, kind == SPAN
-    x_kind, x_block = kind[is_x], block[is_x]
-    src, tgt = x_kind == CTX, x_kind == ORIG
-    m_c = src[None, :] | (tgt[:, None] & tgt[None, :] & (x_block[None, :] <= x_block[:, None]))   # Eq. 2
-
-    def m_gen(q_block):                                      # Eq. 3/4: S, t_<b, and the query itself
-        seen = src[None, :] | ((x_kind == ORIG)[None, :] & (x_block[None, :] < q_block[:, None]))
-        return torch.cat([seen, torch.eye(len(q_block), dtype=torch.bool)], 1)
-
-    def layer(blk, q_in, kv_in, mask):                       # one pre-LN Transformer layer, queries vs keys/values
-        C, H = q_in.size(-1), model.config.n_head
-        q = blk.attn.qkv(blk.ln1(q_in)).split(C, -1)[0]
-        _, k, v = blk.attn.qkv(blk.ln1(kv_in)).split(C, -1)
-        heads = lambda t: t.view(-1, H, C // H).transpose(0, 1)                  # (H, L, D)
-        w = (heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(C // H)).masked_fill(~mask, float("-inf"))
-        y = (w.softmax(-1) @ heads(v)).transpose(0, 1).reshape(-1, C)
-        x = q_in + blk.attn.proj(y)
-        return x + blk.ffn(blk.ln2(x))
-
-    e = model.embed(ids[None], pos[None], seg[None])[0]
-    x, a_w, a_s = e[is_x], e[is_w], e[is_s]
-    m_w, m_s = m_gen(block[is_w]), m_gen(block[is_s])
-    for blk in model.blocks:
-        x, a_w, a_s = (layer(blk, x, x, m_c), layer(blk, a_w, torch.cat([x, a_w]), m_w),
-                       layer(blk, a_s, torch.cat([x, a_s]), m_s))
-    return model.ln_f(x), model.ln_f(a_w), model.ln_f(a_s)
-
-
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])
 def test_one_sequence_equals_separate_flows(tok, passages, impl):
     """Eq. 5: [X; A_W; A_S] with one mask and one attention call per layer == the three flows computed apart."""
@@ -208,7 +174,8 @@ def test_one_sequence_equals_separate_flows(tok, passages, impl):
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
         for b, ex in enumerate(examples):
             t = lambda key: torch.tensor(getattr(ex, key))
-            x, a_w, a_s = literal_flows(model, t("input_ids"), t("position_ids"), t("segment_ids"), t("kind"), t("block"))
+            x, a_w, a_s = separate_flows(model, t("input_ids"), t("position_ids"), t("segment_ids"), t("kind"),
+                                          t("block"))
             k = batch.kind[b]
             real = (k == CTX) | (k == ORIG)
             torch.testing.assert_close(h[b][real], x, rtol=1e-5, atol=1e-5)

@@ -151,6 +151,28 @@ def test_rouge_lsum_hand_no_double_counting():
     assert close(s["precision"], 1.0) and close(s["recall"], 0.5) and close(s["fmeasure"], 2 / 3)
 
 
+def test_lcs_alignment_hand_and_random():
+    ref, pred = "the cat is on the mat".split(), "the cat sat on the mat".split()
+    table, pairs = E.lcs_alignment(ref, pred)
+    # table[i][j] = LCS of ref[:i] and pred[:j]: "the cat" = 2 after two words each, 5 in all
+    assert len(table) == 7 and len(table[0]) == 7 and table[2][2] == 2 and table[-1][-1] == 5
+    assert pairs == [(0, 0), (1, 1), (3, 3), (4, 4), (5, 5)]          # is / sat left out
+    # Lin (2004) Sec. 3.2: LCS(r, c2) = w1 w3 w5 (reference positions 0, 2, 4); empty sides give nothing
+    assert E.lcs_alignment("w1 w2 w3 w4 w5".split(), "w1 w3 w8 w9 w5".split())[1] == [(0, 0), (2, 1), (4, 4)]
+    assert E.lcs_alignment([], ["a"]) == ([[0, 0]], [])
+    rng = random.Random(3)
+    for _ in range(200):
+        a = [rng.choice("abcd") for _ in range(rng.randint(0, 9))]
+        b = [rng.choice("abcd") for _ in range(rng.randint(0, 9))]
+        table, pairs = E.lcs_alignment(a, b)
+        assert len(pairs) == table[-1][-1]                            # one LCS, of the full length
+        assert all(a[i] == b[j] for i, j in pairs)
+        assert all(i0 < i1 and j0 < j1 for (i0, j0), (i1, j1) in zip(pairs, pairs[1:]))
+        # the same LCS length as ROUGE-L's recall numerator
+        if a and b:
+            assert close(E.rouge_scores(" ".join(b), " ".join(a))["rougeL"]["recall"], len(pairs) / len(a))
+
+
 @pytest.mark.parametrize("pred,ref", [("", ""), ("", "a b"), ("a b", ""), ("!!", "a"),
                                       ("\n\n", "a\n"), ("a", "a")])
 def test_rouge_empty_inputs(pred, ref):

@@ -225,6 +225,8 @@ class SeesKeys(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.randn(vocab_size, generator=torch.Generator().manual_seed(0)))
 
     def forward(self, input_ids, position_ids, segment_ids, attn_mask):
+        if not torch.is_tensor(attn_mask):                  # a mask description (objectives hand the model one)
+            attn_mask = attn_mask.dense()
         return attn_mask.sum(-1, keepdim=True).float()     # (B, L, 1)
 
     def lm_logits(self, h):

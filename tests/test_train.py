@@ -340,3 +340,13 @@ def test_a_booby_trapped_checkpoint_runs_no_code(tmp_path, how):
     # the same file loaded the unsafe way would have run it: the test is not vacuous
     torch.load(evil, weights_only=False)
     assert marker.exists()
+
+
+def test_batches_built_in_worker_processes_are_the_same(tmp_path, corpus):
+    """--workers 2 (a DataLoader's processes build the batches, as on a GPU machine) gives the losses of
+    --workers 0 (built in the training process): a step's batch depends only on (seed, rank, step)."""
+    here = run(["--objective", "palm", "--max_steps", "8", "--workers", "0", "--stage1_frac", "0.5"],
+               tmp_path, corpus, "here")
+    there = run(["--objective", "palm", "--max_steps", "8", "--workers", "2", "--stage1_frac", "0.5"],
+                tmp_path, corpus, "there")
+    assert losses(here) == losses(there) and sorted(losses(here)) == list(range(1, 9))

@@ -1,0 +1,51 @@
+"""Exercise 4: UniLMv2's pseudo-masked attention mask, from token kinds and factorization steps (about 40 minutes).
+
+Read first: notebooks/pmlm.ipynb, then objectives/pmlm.py's module docstring and objectives/masks.py
+(the kinds, and the picture in pseudo_masked's docstring). Do exercise 3 first.
+Grade it:   python -m pytest exercises/test_04_pseudo_mask.py
+
+UniLMv2 (Bao et al. 2020, section 3.2, Figures 4 and 5) trains an autoencoding LM and a partially
+autoregressive LM in ONE forward pass. The masked blocks are appended to the sequence twice: their ORIGINAL
+tokens (the context of later blocks) and one PSEUDO token [P] per token (the queries that predict them). The
+blocks, in factorization order, are steps 1, 2, ...; the paper's example, x1..x6 with blocks {x4, x5} (step 1)
+then {x2} (step 2):
+
+                  x1 M2 x3 M4 M5 x6 | x4 x5 P4 P5 x2 P2
+    kind          CTX ............. | ORIG  PSEUDO ORIG PSEUDO
+    block (step)  0 ............... | 1  1  1  1   2    2
+
+Who may attend whom (row = query, column = key; Figure 5):
+
+    a CTX token (the text with [M] slots)  attends to the context only
+    an ORIG token of step b                attends to the context + the ORIG tokens of steps <= b
+    a PSEUDO token [P] of step b           attends to the context + the ORIG tokens of steps <  b
+                                                                    + the PSEUDO tokens of step b
+    PAD                                    attends nothing and is attended by nobody
+
+Two mistakes the paper warns about: a [P] that sees the original of its own block reads its answer (EXPLICIT
+leakage); a context token that sees an appended original passes it on to every [P] (IMPLICIT leakage). The
+grader runs the project's leakage checker with your mask, so you will see which prediction could read what.
+
+Contract
+    pseudo_masked_mask(kind, block) -> (B, L, L) torch.bool, True = query i may attend key j
+    kind, block   (B, L) long tensors; kind uses the constants CTX, ORIG, PSEUDO, PAD imported below
+Write the rule yourself: the grader refuses masks.may_attend / attention_mask / pseudo_masked.
+"""
+import torch  # noqa: F401  (yours to use)
+
+from objectives.masks import CTX, ORIG, PAD, PSEUDO  # noqa: F401  (the kinds)
+
+
+def pseudo_masked_mask(kind, block):
+    """(B, L, L) bool: UniLMv2's pseudo-masked LM mask (Figure 5) from per-token kinds and steps."""
+    # TODO 1: make query-side (B, L, 1) and key-side (B, 1, L) views of kind and block.
+    # TODO 2: write one boolean (B, L, L) term per line of the table in the module docstring.
+    # TODO 3: OR them together; make sure padding rows and padding keys come out False.
+    #
+    # Hint 1: q_kind = kind[:, :, None] and k_kind = kind[:, None, :]; then (q_kind == PSEUDO) & (k_kind == ORIG)
+    #         is (B, L, L) by broadcasting. The same for block.
+    # Hint 2: "everyone sees the context" is (q_kind != PAD) & (k_kind == CTX). An ORIG query sees
+    #         (k_kind == ORIG) & (k_block <= q_block); a PSEUDO query sees ORIG keys with k_block < q_block.
+    # Hint 3: the [P]s of one block see each other: (q_kind == PSEUDO) & (k_kind == PSEUDO) & (k_block == q_block).
+    #         Four terms in all, joined with |.
+    raise NotImplementedError("exercise 4: write pseudo_masked_mask (see the TODOs)")

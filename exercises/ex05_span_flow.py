@@ -1,0 +1,50 @@
+"""Exercise 5: ERNIE-GEN's span-by-span generation flow, as one attention mask (about 40 minutes).
+
+Read first: notebooks/ernie_gen.ipynb, then objectives/ernie_gen.py's module docstring and masks.multi_flow's
+picture. Do exercise 2 first: the contextual flow below is its seq2seq mask.
+Grade it:   python -m pytest exercises/test_05_span_flow.py
+
+ERNIE-GEN (Xiao et al. 2020, section 3.3, Figure 3) does not only predict the target word by word: it also
+predicts whole SPANS at once. A span [b, e) of the target is predicted by e - b [ATTN] query tokens, one per
+target token, each sitting at its token's position. Since the span is predicted at once, none of its [ATTN]s
+may see any token of the span: they see the source and the target BEFORE the span's start.
+
+Everything is one sequence with one mask (so one attention call per layer serves every flow, Eq. 5):
+
+    [ S' (the source, n_src tokens) | T' (the target, T tokens) | A_S (one [ATTN] per target token) ]
+
+    a source token          attends to the source                                   (contextual flow M_C)
+    target token i          attends to the source + target tokens 0..i               (contextual flow M_C)
+    the [ATTN] of target j,
+      j in span [b, e)      attends to the source + target tokens 0..b-1 + itself    (span flow M_S)
+
+Example: n_src = 2, T = 3, spans [(0, 1), (1, 3)]  (the target t1 | t2 t3):
+
+                 s1 s2 t1 t2 t3 | A1 A2 A3
+        s1, s2    1  1  .  .  . |  .  .  .
+        t1        1  1  1  .  . |  .  .  .
+        t2        1  1  1  1  . |  .  .  .
+        t3        1  1  1  1  1 |  .  .  .
+        A1 (b=0)  1  1  .  .  . |  1  .  .          span [0, 1): sees no target token
+        A2 (b=1)  1  1  1  .  . |  .  1  .          span [1, 3): sees t1 only, not t2 (inside its span)
+        A3 (b=1)  1  1  1  .  . |  .  .  1
+
+Contract
+    span_flow_mask(n_src, spans) -> (L, L) torch.bool with L = n_src + 2 T
+    spans   the target's spans in order, 0-based and end-exclusive, covering 0..T: [(0, e1), (e1, e2), ..., (., T)]
+Write it yourself: the grader refuses masks.may_attend / attention_mask / multi_flow.
+"""
+import torch  # noqa: F401  (yours to use)
+
+
+def span_flow_mask(n_src, spans):
+    """(L, L) bool over [S'; T'; A_S]: the contextual flow and the span-by-span flow (module docstring)."""
+    # TODO 1: T = the end of the last span, L = n_src + 2 T; start from an all-False (L, L) mask.
+    # TODO 2: the contextual flow: the top-left (n_src + T) square is exactly exercise 2's seq2seq mask.
+    # TODO 3: the span flow: for each span (b, e) and each j in range(b, e), the row of [ATTN]_j.
+    #
+    # Hint 1: the [ATTN] of target j is row (and column) n_src + T + j; target token i is n_src + i.
+    # Hint 2: that row sees columns 0 .. n_src + b - 1 (the source and T'_<b) and itself; nothing else.
+    # Hint 3: mask[r, :n_src + b] = True; mask[r, r] = True, with r = n_src + T + j. The contextual part:
+    #         i = torch.arange(n); j = i; mask[:n, :n] = (j[None] < n_src) | (j[None] <= i[:, None]).
+    raise NotImplementedError("exercise 5: write span_flow_mask (see the TODOs)")

@@ -1,0 +1,50 @@
+"""Exercise 8: ROUGE-L, the longest-common-subsequence F-measure of one prediction and one reference
+(about 30 minutes).
+
+Read first: evaluate.py's ROUGE section. Background: notebooks/decoding.ipynb (the outputs ROUGE scores).
+Grade it:   python -m pytest exercises/test_08_rouge_l.py
+
+The papers report summaries with ROUGE (Lin 2004). ROUGE-L looks at the longest common subsequence (LCS) of the
+two token lists: tokens that appear in both IN THE SAME ORDER, not necessarily next to each other. Lin's example:
+
+    reference   police killed the gunman
+    prediction  police kill the gunman      LCS = police the gunman            (3 tokens)
+    prediction  the gunman kill police      LCS = the gunman                   (2 tokens)
+
+With m = |reference|, n = |prediction| (Lin 2004, section 3.1, Eq. 2-4, with rouge-score's F):
+
+    recall R = LCS / m,   precision P = LCS / n,   F = 2 P R / (P + R)   (0 when P + R = 0)
+    and P = R = F = 0 when either text has no tokens.
+
+The LCS length comes from a table filled row by row (dynamic programming):
+
+    table[i][j] = LCS of a[:i] and b[:j];  table[0][*] = table[*][0] = 0
+    table[i][j] = table[i-1][j-1] + 1                      if a[i-1] == b[j-1]
+                = max(table[i-1][j], table[i][j-1])        otherwise
+
+Contract
+    lcs_length(a, b) -> int              a, b: lists of tokens
+    rouge_l(prediction, reference) -> {"precision": P, "recall": R, "fmeasure": F}
+        prediction, reference: strings, tokenized with evaluate.rouge_tokenize (given below: lowercase, and
+        anything but a-z and 0-9 separates tokens), as rouge-score does.
+"""
+from evaluate import rouge_tokenize  # noqa: F401  (the tokenizer is given)
+
+
+def lcs_length(a, b):
+    """Length of the longest common subsequence of the token lists a and b."""
+    # TODO: the (len(a) + 1) x (len(b) + 1) table above, filled row by row; the answer is its last cell.
+    #
+    # Hint 1: table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]  (not [[0] * ...] * n: that is ONE row n times)
+    # Hint 2: two loops, i from 1 to len(a) and j from 1 to len(b), and the two cases of the recurrence.
+    # Hint 3: only the previous row is ever read: two rows of len(b) + 1 are enough (memory O(len(b))).
+    raise NotImplementedError("exercise 8: write lcs_length (see the TODO)")
+
+
+def rouge_l(prediction, reference):
+    """ROUGE-L of one pair of texts: {"precision", "recall", "fmeasure"}."""
+    # TODO: tokenize both, handle the empty case, then P, R and F from lcs_length.
+    #
+    # Hint 1: pred, ref = rouge_tokenize(prediction), rouge_tokenize(reference).
+    # Hint 2: precision divides by the PREDICTION's length, recall by the REFERENCE's.
+    raise NotImplementedError("exercise 8: write rouge_l (see the TODO)")

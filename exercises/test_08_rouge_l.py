@@ -1,0 +1,83 @@
+"""Grader of exercise 8 (ROUGE-L of one pair): your LCS and ROUGE-L against evaluate.py's (which the project's
+tests hold equal to Google's rouge-score).
+
+    python -m pytest exercises/test_08_rouge_l.py
+"""
+import random
+
+import pytest
+
+import evaluate
+from exercises import _grading as grading
+
+ex = grading.load("ex08_rouge_l")
+
+
+def one_lcs(a, b):
+    """One longest common subsequence of a and b, to show in a message."""
+    return [a[k] for k in sorted(evaluate._lcs_positions(a, b))]
+
+
+def check_lcs(a, b):
+    got, want = ex.lcs_length(a, b), evaluate._lcs_table(a, b)[-1][-1]
+    assert got == want, f"lcs_length({a}, {b}) = {got}, but the longest common subsequence has {want} tokens, " \
+                        f"e.g. {one_lcs(a, b)} (in the same order in both, gaps allowed)"
+
+
+def check_rouge(prediction, reference):
+    got = ex.rouge_l(prediction, reference)
+    want = evaluate.rouge_scores(prediction, reference)["rougeL"]
+    assert set(got) >= {"precision", "recall", "fmeasure"}, f"return precision, recall and fmeasure; got {got}"
+    pred, ref = evaluate.rouge_tokenize(prediction), evaluate.rouge_tokenize(reference)
+    lcs = evaluate._lcs_table(ref, pred)[-1][-1] if pred and ref else 0
+    for key, why in (("precision", f"LCS / |prediction| = {lcs} / {len(pred)}"),
+                     ("recall", f"LCS / |reference| = {lcs} / {len(ref)}"),
+                     ("fmeasure", "2 P R / (P + R), 0 when P + R = 0")):
+        assert got[key] == pytest.approx(want[key], abs=1e-9), \
+            f"rouge_l({prediction!r}, {reference!r}): {key} {got[key]!r}, the project's {want[key]:.4f} = {why}" + \
+            (" (an empty text scores 0)" if not pred or not ref else "")
+
+
+def test_lins_example():
+    ref = "police killed the gunman".split()
+    check_lcs(ref, "police kill the gunman".split())
+    check_lcs(ref, "the gunman kill police".split())
+    check_rouge("police kill the gunman", "police killed the gunman")
+    check_rouge("the gunman kill police", "police killed the gunman")
+
+
+@pytest.mark.parametrize("a, b", [([], []), (["a"], []), ([], ["a"]), (["a"], ["a"]), (list("abcbdab"), list("bdcaba")),
+                                  (list("aaaa"), list("aa")), (list("abc"), list("def"))])
+def test_lcs_edge_cases(a, b):
+    check_lcs(a, b)
+
+
+def test_lcs_random():
+    rng = random.Random(0)
+    for _ in range(300):
+        a = [rng.choice("abcd") for _ in range(rng.randint(0, 15))]
+        b = [rng.choice("abcd") for _ in range(rng.randint(0, 15))]
+        check_lcs(a, b)
+
+
+@pytest.mark.parametrize("pred, ref", [("", "a b"), ("a b", ""), ("", ""), ("The Cat!", "the cat"),
+                                       ("x y z", "a b c"), ("a a a", "a"), ("sat the cat", "the cat sat")])
+def test_rouge_edge_cases(pred, ref):
+    """Empty texts, case and punctuation (the tokenizer), no overlap, repeated words."""
+    check_rouge(pred, ref)
+
+
+def test_rouge_random():
+    rng = random.Random(1)
+    words = "the a cat dog sat on mat it ran".split()
+    for _ in range(200):
+        pred = " ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
+        ref = " ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
+        check_rouge(pred, ref)
+
+
+def test_written_by_you():
+    check_lcs(list("abc"), list("acb"))
+    grading.must_not_use(ex.lcs_length, {"_lcs_table", "_rouge_l", "rouge_scores", "_lcs_positions", "rouge",
+                                         "_rouge_lsum"},
+                         "write the table yourself instead of calling evaluate.py's")

@@ -1,0 +1,47 @@
+"""Execute the notebooks from a clean state and fail on the first error (what CI runs).
+
+    python notebooks/execute.py                    # every notebook: runs, times, checks the 90 s budget
+    python notebooks/execute.py masks.ipynb --save # re-execute and write the outputs back (for authors)
+
+Each notebook runs in notebooks/ with a fresh kernel; without --save nothing in the repository changes.
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+HERE = Path(__file__).resolve().parent
+BUDGET_S = 90                      # each notebook, on two CPU cores
+
+
+def execute(path, save):
+    nb = nbformat.read(path, as_version=4)
+    start = time.time()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
+    seconds = time.time() - start
+    if save:
+        nbformat.write(nb, path)
+    return seconds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("notebooks", nargs="*", help="names under notebooks/ (default: all)")
+    ap.add_argument("--save", action="store_true", help="write the executed outputs back into the notebooks")
+    args = ap.parse_args()
+    paths = [HERE / n for n in args.notebooks] or sorted(HERE.glob("*.ipynb"))
+    slow = []
+    for path in paths:
+        seconds = execute(path, args.save)
+        print(f"{path.name}: ran in {seconds:.0f} s", flush=True)
+        if seconds > BUDGET_S:
+            slow.append(f"{path.name} ({seconds:.0f} s)")
+    if slow:
+        sys.exit(f"over the {BUDGET_S} s budget: {', '.join(slow)}")
+
+
+if __name__ == "__main__":
+    main()
