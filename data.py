@@ -1,17 +1,18 @@
-"""Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs (seq2seq).
+"""Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs
+(seq2seq).
 
 Every objective consumes the same two kinds of example (docs/how-it-fits-together.md, "Contracts"):
   pretrain  one contiguous passage of a document: a list of sentences, each a list of token ids
             (UniLM Sec. 2.3 samples "segments" from such text; the objective decides how to cut it)
   seq2seq   (src_ids, tgt_ids)
-No special tokens are added here: objectives add [SOS]/[EOS]/[MASK]/[P]/[ATTN] themselves, so a caller
-passes a passage budget of max_len minus the room its objective needs.
+No special tokens are added here: objectives add [SOS]/[EOS]/[MASK]/[P]/[ATTN] themselves, so a
+caller passes a passage budget of max_len minus the room its objective needs.
 
-The embedded default corpus is the English prose CPython ships, so it is real and offline everywhere:
-the pydoc topics (`pydoc_data.topics`) and the docstrings of the standard library, read by parsing
-its .py files with `ast` (never importing them). The default seq2seq task turns the same docstrings
-into "docstring body -> one-line summary" pairs, split train/valid/test by module. On CPython 3.11:
-462 documents, 2.1M characters, 24k sentences; 2,663 seq2seq pairs.
+The embedded default corpus is the English prose CPython ships, so it is real and offline
+everywhere: the pydoc topics (`pydoc_data.topics`) and the docstrings of the standard library, read
+by parsing its .py files with `ast` (never importing them). The default seq2seq task turns the same
+docstrings into "docstring body -> one-line summary" pairs, split train/valid/test by module. On
+CPython 3.11: 462 documents, 2.1M characters, 24k sentences; 2,663 seq2seq pairs.
 
     tok, splits, info = prepare_pretrain()                 # embedded corpus, cached in .cache/
     tok, splits, info = prepare_pretrain("my_texts/")      # *.txt files, blank line = new document
@@ -61,7 +62,8 @@ def _sha1(*parts) -> str:
 
 
 def _code_key(cls) -> str:
-    """Hash of the file defining the tokenizer class: editing tokenizer.py retrains and re-tokenizes."""
+    """Hash of the file defining the tokenizer class: editing tokenizer.py retrains and
+    re-tokenizes."""
     return hashlib.sha1(Path(inspect.getfile(cls)).read_bytes()).hexdigest()
 
 
@@ -70,11 +72,11 @@ def _bucket(name: str) -> float:
     return zlib.crc32(name.encode("utf-8", "surrogatepass")) / 2**32
 
 
-# ----------------------------------------------------------------------------- the embedded corpus
+# ------------------------------------------------------------------------------ the embedded corpus
 
 # test suites, the IDE, the turtle demos, installed third-party packages, generated codec tables
-_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "turtledemo", "site-packages", "dist-packages",
-              "__pycache__", "encodings", "ensurepip"}
+_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "turtledemo", "site-packages",
+              "dist-packages", "__pycache__", "encodings", "ensurepip"}
 _MIN_DOC_CHARS = 200
 
 
@@ -95,7 +97,8 @@ def _parse_stdlib(root: Path) -> dict:
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("config-")]
         files += [Path(folder) / n for n in names if n.endswith(".py")]
-    modules, failed = [], 0
+    modules = []
+    failed = 0
     for path in sorted(files):
         try:
             tree = ast.parse(path.read_bytes())  # bytes: ast honours the file's coding declaration
@@ -103,17 +106,19 @@ def _parse_stdlib(root: Path) -> dict:
             failed += 1
             continue
         name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-        defs = [["<module>", ast.get_docstring(tree, clean=True) or ""], *map(list, _docstrings(tree))]
+        module_doc = ast.get_docstring(tree, clean=True) or ""
+        defs = [["<module>", module_doc], *map(list, _docstrings(tree))]
         modules.append({"module": name, "docstrings": [d for d in defs if d[1]]})
     return {"files": len(files), "failed": failed, "modules": modules}
 
 
 def stdlib_docstrings(cache_dir=".cache") -> dict:
-    """{"files", "failed", "modules": [{"module", "docstrings": [[qualname, doc], ...]}]}, cached as JSON
-    keyed by the Python version and stdlib path (parsing the whole stdlib takes seconds)."""
+    """{"files", "failed", "modules": [{"module", "docstrings": [[qualname, doc], ...]}]}, cached as
+    JSON keyed by the Python version and stdlib path (parsing the whole stdlib takes seconds)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     key = _sha1(sys.version, root, _VERSION)[:12]
-    path = Path(cache_dir) / f"stdlib-docstrings-{key}.json" if cache_dir else None  # None: no cache
+    # None: no cache
+    path = Path(cache_dir) / f"stdlib-docstrings-{key}.json" if cache_dir else None
     if path and path.exists():
         return json.loads(path.read_text(encoding="utf-8"))
     result = _parse_stdlib(root)
@@ -128,16 +133,19 @@ def default_documents(cache_dir=".cache") -> list[Document]:
     from pydoc_data.topics import topics
     docs = [Document(f"topic:{k}", topics[k].strip()) for k in sorted(topics)]
     for m in stdlib_docstrings(cache_dir)["modules"]:
-        docs.append(Document(f"stdlib:{m['module']}", "\n\n".join(doc for _, doc in m["docstrings"])))
+        name = f"stdlib:{m['module']}"
+        docs.append(Document(name, "\n\n".join(doc for _, doc in m["docstrings"])))
     return [d for d in docs if len(d.text) >= _MIN_DOC_CHARS]
 
 
 def _summary_pair(doc: str, max_src_words=256):
-    """'Summary line(s).\\n\\nBody...' -> (body, summary), or None if the docstring lacks that shape."""
+    """'Summary line(s).\\n\\nBody...' -> (body, summary), or None if the docstring lacks that
+    shape."""
     parts = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)
     if len(parts) < 2:
         return None
-    summary, body = " ".join(parts[0].split()), parts[1].split()
+    summary = " ".join(parts[0].split())
+    body = parts[1].split()
     looks_like_signature = "->" in summary or re.match(r"[\w.]+\(", summary)  # "S.find(sub) -> int"
     if not 3 <= len(summary.split()) <= 40 or summary.endswith(":") or looks_like_signature:
         return None
@@ -149,7 +157,8 @@ def _summary_pair(doc: str, max_src_words=256):
 def default_seq2seq(cache_dir=".cache") -> dict[str, list[tuple[str, str]]]:
     """The embedded seq2seq task: stdlib docstring body (src) -> its summary line (tgt).
     Split by a stable hash of the MODULE name (~90/5/5), so a module's pairs stay in one split."""
-    splits, seen = {"train": [], "valid": [], "test": []}, set()
+    splits = {"train": [], "valid": [], "test": []}
+    seen = set()
     for m in stdlib_docstrings(cache_dir)["modules"]:
         b = zlib.crc32(m["module"].encode()) % 100
         split = "train" if b < 90 else "valid" if b < 95 else "test"
@@ -161,13 +170,13 @@ def default_seq2seq(cache_dir=".cache") -> dict[str, list[tuple[str, str]]]:
     return splits
 
 
-# ----------------------------------------------------------------------------- sentences and passages
+# --------------------------------------------------------------------------- sentences and passages
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 # end punctuation (+ closing quotes/brackets), whitespace, then something that can start a sentence
 _BOUNDARY = re.compile(r"""[.!?]+["')\]]*\s+(?=[A-Z0-9"'(\[])""")
-_ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "cf", "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr",
-                  "fig", "al", "approx", "resp", "viz", "ca", "eq", "sec", "ch", "vol", "pp"}
+_ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "cf", "mr", "mrs", "ms", "dr", "prof", "st", "jr",
+                  "sr", "fig", "al", "approx", "resp", "viz", "ca", "eq", "sec", "ch", "vol", "pp"}
 _INITIALS = re.compile(r"(?:[a-z]\.)+[a-z]")  # "u.s", "a.b.c"
 
 
@@ -176,11 +185,11 @@ def split_sentences(text: str) -> list[str]:
 
     Blank lines always split (paragraphs). Inside a paragraph, split after . ! ? (and any closing
     quotes/brackets) followed by whitespace and a capital, digit, quote or bracket, except after an
-    abbreviation ("e.g.", "etc.", "Mr."), a single letter ("J. Smith") or dotted initials ("U.S.").
-    Code stays whole: "os.path.join" or "3.14" have no whitespace after the dot.
-    Limits (it is a regex): a sentence really ending in "etc." or "U.S." is merged with the next one;
-    a sentence starting lower-case ("iPhone", "x is") is not split off; code blocks and lists without
-    end punctuation become one long "sentence" (make_passages cuts those to the budget).
+    abbreviation ("e.g.", "etc.", "Mr."), a single letter ("J. Smith") or dotted initials
+    ("U.S."). Code stays whole: "os.path.join" or "3.14" have no whitespace after the dot.
+    Limits (it is a regex): a sentence really ending in "etc." or "U.S." is merged with the next
+    one; a sentence starting lower-case ("iPhone", "x is") is not split off; code blocks and lists
+    without end punctuation become one long "sentence" (make_passages cuts those to the budget).
     """
     sentences = []
     for para in _PARAGRAPH.split(text):
@@ -188,7 +197,8 @@ def split_sentences(text: str) -> list[str]:
         start = 0
         for m in _BOUNDARY.finditer(para):
             word = para[para.rfind(" ", 0, m.start()) + 1:m.start()].lstrip("\"'([").lower()
-            if para[m.start()] == "." and (word in _ABBREVIATIONS or len(word) == 1 or _INITIALS.fullmatch(word)):
+            if para[m.start()] == "." and (word in _ABBREVIATIONS or len(word) == 1
+                                           or _INITIALS.fullmatch(word)):
                 continue
             sentences.append(para[start:m.end()].rstrip())
             start = m.end()
@@ -198,22 +208,27 @@ def split_sentences(text: str) -> list[str]:
 
 
 def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list[int]]]:
-    """Pack one document's tokenized sentences, in order, into passages of at most max_tokens tokens.
+    """Pack one document's tokenized sentences, in order, into passages of at most max_tokens
+    tokens.
 
-    A passage is a list of whole, consecutive sentences; a sentence longer than the budget is first cut
-    into budget-sized pieces (each then counts as a sentence). Empty sentences are dropped, so no
-    passage and no sentence is empty; concatenating all passages gives back the document's tokens.
-    max_tokens excludes special tokens: pass max_len minus the room your objective adds.
+    A passage is a list of whole, consecutive sentences; a sentence longer than the budget is first
+    cut into budget-sized pieces (each then counts as a sentence). Empty sentences are dropped, so
+    no passage and no sentence is empty; concatenating all passages gives back the document's
+    tokens. max_tokens excludes special tokens: pass max_len minus the room your objective adds.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    passages, current, used = [], [], 0
+    passages = []
+    current = []
+    used = 0
     for sent in sentences:
         for i in range(0, len(sent), max_tokens):
             piece = sent[i:i + max_tokens]
-            if used + len(piece) > max_tokens:  # greedy: close the passage before it overflows
+            # greedy: close the passage before it overflows
+            if used + len(piece) > max_tokens:
                 passages.append(current)
-                current, used = [], 0
+                current = []
+                used = 0
             current.append(piece)
             used += len(piece)
     if current:
@@ -221,10 +236,11 @@ def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list
     return passages
 
 
-# ----------------------------------------------------------------------------- reading user files
+# ------------------------------------------------------------------------------- reading user files
 
 def _read_text(path) -> str:
-    """A file's text (utils.read_text: missing path, bytes that are not UTF-8), refusing an empty file."""
+    """A file's text (utils.read_text: missing path, bytes that are not UTF-8), refusing an empty
+    file."""
     text = read_text(path)
     if not text.strip():
         raise DataError(f"{path}: file is empty")
@@ -252,7 +268,8 @@ def read_documents(path, one_per_line=False) -> list[Document]:
         text = _read_text(f)
         chunks = split_lines(text) if one_per_line else _PARAGRAPH.split(text)
         rel = f.relative_to(path).as_posix() if f != path else f.name
-        docs += [Document(f"{rel}#{i}", c.strip()) for i, c in enumerate(c for c in chunks if c.strip())]
+        non_blank = (c for c in chunks if c.strip())
+        docs += [Document(f"{rel}#{i}", c.strip()) for i, c in enumerate(non_blank)]
     return docs
 
 
@@ -272,9 +289,11 @@ def _resolve_seq2seq(path) -> tuple[Path, Path | None]:
             if m and path.is_file():
                 return path.with_name(src_fmt.format(m[1])), path.with_name(tgt_fmt.format(m[1]))
         if path.with_name(src_fmt.format(path.name)).is_file():  # the prefix X of a pair
-            return path.with_name(src_fmt.format(path.name)), path.with_name(tgt_fmt.format(path.name))
+            return (path.with_name(src_fmt.format(path.name)),
+                    path.with_name(tgt_fmt.format(path.name)))
     if not path.exists():
-        raise DataError(f"{path}: no such file (nor a pair {path}.src/.tgt or {path}.article.txt/.title.txt)")
+        raise DataError(f"{path}: no such file (nor a pair {path}.src/.tgt or "
+                        f"{path}.article.txt/.title.txt)")
     raise DataError(f"{path}: expected a .jsonl file or a parallel pair named " +
                     ", ".join(f"{s.format('X')} + {t.format('X')}" for s, t in _PARALLEL))
 
@@ -287,21 +306,24 @@ def _read_jsonl(path: Path):
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("src"), str) or not isinstance(obj.get("tgt"), str):
+        if (not isinstance(obj, dict) or not isinstance(obj.get("src"), str)
+                or not isinstance(obj.get("tgt"), str)):
             raise DataError(f'{path}:{n}: expected an object with string fields "src" and "tgt"')
         yield n, obj["src"], obj["tgt"]
 
 
 def read_seq2seq(path) -> list[tuple[str, str]]:
-    """(src, tgt) pairs from jsonl ({"src": ..., "tgt": ...} a line; blank lines ignored) or from parallel
-    line files (X.src + X.tgt, X.article.txt + X.title.txt, src-X.txt + tgt-X.txt; either file of the
-    pair or X itself may be given). Pairs with an empty target are skipped with a warning that counts
-    them; every other problem is a DataError naming the file and line (or byte offset)."""
+    """(src, tgt) pairs from jsonl ({"src": ..., "tgt": ...} a line; blank lines ignored) or from
+    parallel line files (X.src + X.tgt, X.article.txt + X.title.txt, src-X.txt + tgt-X.txt; either
+    file of the pair or X itself may be given). Pairs with an empty target are skipped with a
+    warning that counts them; every other problem is a DataError naming the file and line (or byte
+    offset)."""
     src_path, tgt_path = _resolve_seq2seq(path)
     if tgt_path is None:
         rows = list(_read_jsonl(src_path))
     else:
-        src, tgt = split_lines(_read_text(src_path)), split_lines(_read_text(tgt_path))
+        src = split_lines(_read_text(src_path))
+        tgt = split_lines(_read_text(tgt_path))
         if len(src) != len(tgt):
             raise DataError(f"{src_path}: {len(src)} lines but {tgt_path}: {len(tgt)} lines")
         rows = [(n, s, t) for n, (s, t) in enumerate(zip(src, tgt), 1)]
@@ -320,7 +342,8 @@ def read_seq2seq(path) -> list[tuple[str, str]]:
 def _save_arrays(folder: Path, arrays: dict, meta: dict):
     for name, arr in arrays.items():
         atomic_write(folder / f"{name}.npy", lambda f: np.save(f, arr))
-    atomic_write(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))  # last: marks complete
+    # last: marks complete
+    atomic_write(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
 
 
 def _ragged(lists, dtype):
@@ -330,7 +353,8 @@ def _ragged(lists, dtype):
 
 
 def _unragged(flat, offsets) -> list[list[int]]:
-    flat, offsets = flat.tolist(), offsets.tolist()
+    flat = flat.tolist()
+    offsets = offsets.tolist()
     return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
@@ -340,7 +364,8 @@ def _id_dtype(tokenizer):
 
 def _tokenize_documents(docs, tokenizer, progress, desc):
     """-> (sentences: list of id lists, doc_offsets): document d is sentences[off[d]:off[d + 1]]."""
-    sentences, doc_offsets = [], [0]
+    sentences = []
+    doc_offsets = [0]
     for doc in tqdm(docs, desc=desc, disable=not progress, unit="doc"):
         sentences += [ids for ids in map(tokenizer.encode, split_sentences(doc.text)) if ids]
         doc_offsets.append(len(sentences))
@@ -354,22 +379,26 @@ def _split_documents(docs, valid_frac, label):
     valid = [d for d in docs if _bucket(d.name) < valid_frac]
     if valid_frac > 0 and not valid:
         if len(docs) < 2:
-            raise DataError(f"{label}: only {len(docs)} document(s), too few to hold out a validation split "
-                            "(a blank line separates documents; for one document a line, pass "
-                            "read_documents(path, one_per_line=True); or use valid_frac=0)")
+            raise DataError(f"{label}: only {len(docs)} document(s), too few to hold out a "
+                            "validation split (a blank line separates documents; for one document "
+                            "a line, pass read_documents(path, one_per_line=True); or use "
+                            "valid_frac=0)")
         valid = [min(docs, key=lambda d: _bucket(d.name))]
     names = {d.name for d in valid}
     return [d for d in docs if d.name not in names], valid
 
 
 def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
-    """Train a WordPiece on the training documents, or load the one trained before on the same corpus."""
+    """Train a WordPiece on the training documents, or load the one trained before on the same
+    corpus."""
     from tokenizer import WordPiece
-    path = Path(cache_dir) / f"vocab-{_sha1(corpus_key, _code_key(WordPiece))[:12]}-{vocab_size}.txt"
+    key = _sha1(corpus_key, _code_key(WordPiece))[:12]
+    path = Path(cache_dir) / f"vocab-{key}-{vocab_size}.txt"
     if path.exists():
         return WordPiece.from_file(path, lowercase=True), "hit"
     if progress:
-        print(f"training a {vocab_size}-token WordPiece vocabulary on {len(train_docs)} documents...")
+        print(f"training a {vocab_size}-token WordPiece vocabulary on {len(train_docs)} "
+              "documents...")
     tok = WordPiece.train([d.text for d in train_docs], vocab_size, lowercase=True, min_frequency=2,
                           progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -377,32 +406,37 @@ def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
     return tok, "trained"
 
 
-def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=253, valid_frac=0.02,
-                     tokenizer=None, progress=True):
+def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=253,
+                     valid_frac=0.02, tokenizer=None, progress=True):
     """-> (tokenizer, {"train": passages, "valid": passages}, info).
 
     data: None (the embedded corpus), a path for read_documents, or a list of Documents.
     Documents go to train/valid by a stable hash of their name. Without a tokenizer, a WordPiece is
-    trained on the train documents (vocab-*.txt in cache_dir). Sentences are tokenized once and cached
-    as numpy arrays, keyed by the corpus content, valid_frac, the tokenizer's fingerprint and the source
-    of tokenizer.py (an edited tokenizer retrains the vocabulary and re-tokenizes); passages
-    of max_tokens (special tokens excluded) are packed at load time, so changing max_tokens is free.
-    The default 253 suits max_len 256 with UniLM's [SOS] A [EOS] B [EOS]; PMLM, which appends [P] and
-    original tokens for every masked span, needs a smaller budget for the same max_len.
+    trained on the train documents (vocab-*.txt in cache_dir). Sentences are tokenized once and
+    cached as numpy arrays, keyed by the corpus content, valid_frac, the tokenizer's fingerprint and
+    the source of tokenizer.py (an edited tokenizer retrains the vocabulary and re-tokenizes);
+    passages of max_tokens (special tokens excluded) are packed at load time, so changing
+    max_tokens is free.
+    The default 253 suits max_len 256 with UniLM's [SOS] A [EOS] B [EOS]; PMLM, which appends [P]
+    and original tokens for every masked span, needs a smaller budget for the same max_len.
     info: cache ("hit" | "rebuilt"), vocab ("hit" | "trained" | "given"), cache_path, and per split
     counts of documents, sentences, tokens and passages.
     """
     if data is None:
-        docs, label = default_documents(cache_dir), "the embedded corpus"
+        docs = default_documents(cache_dir)
+        label = "the embedded corpus"
     elif isinstance(data, (str, os.PathLike)):
-        docs, label = read_documents(data), str(data)
+        docs = read_documents(data)
+        label = str(data)
     else:
-        docs, label = list(data), "the given documents"
+        docs = list(data)
+        label = "the given documents"
     corpus_key = _sha1(_VERSION, valid_frac, *(p for d in docs for p in d))
     train_docs, valid_docs = _split_documents(docs, valid_frac, label)
     vocab_status = "given"
     if tokenizer is None:
-        tokenizer, vocab_status = _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress)
+        tokenizer, vocab_status = _vocabulary(train_docs, vocab_size, cache_dir, corpus_key,
+                                              progress)
     tok_key = _sha1(tokenizer.fingerprint(), _code_key(type(tokenizer)))
     folder = Path(cache_dir) / f"pretrain-{_sha1(corpus_key, tok_key)[:16]}"
     hit = (folder / "meta.json").exists()
@@ -411,12 +445,15 @@ def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=
         for split, split_docs in (("train", train_docs), ("valid", valid_docs)):
             sentences, arrays[f"{split}.doc_offsets"] = _tokenize_documents(
                 split_docs, tokenizer, progress, f"tokenizing {split}")
-            arrays[f"{split}.tokens"], arrays[f"{split}.sent_offsets"] = _ragged(sentences, _id_dtype(tokenizer))
+            arrays[f"{split}.tokens"], arrays[f"{split}.sent_offsets"] = _ragged(
+                sentences, _id_dtype(tokenizer))
         _save_arrays(folder, arrays, {"corpus": label, "version": _VERSION})
-    splits, info = {}, {"cache": "hit" if hit else "rebuilt", "vocab": vocab_status, "cache_path": str(folder),
-                        "documents": {}, "sentences": {}, "tokens": {}, "passages": {}}
+    splits = {}
+    info = {"cache": "hit" if hit else "rebuilt", "vocab": vocab_status, "cache_path": str(folder),
+            "documents": {}, "sentences": {}, "tokens": {}, "passages": {}}
     for split in ("train", "valid"):
-        arr = {k: np.load(folder / f"{split}.{k}.npy") for k in ("tokens", "sent_offsets", "doc_offsets")}
+        arr = {k: np.load(folder / f"{split}.{k}.npy")
+               for k in ("tokens", "sent_offsets", "doc_offsets")}
         sentences = _unragged(arr["tokens"], arr["sent_offsets"])
         doc_off = arr["doc_offsets"].tolist()
         splits[split] = [p for a, b in zip(doc_off[:-1], doc_off[1:])
@@ -429,7 +466,8 @@ def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=
 
 
 def _sibling_splits(path) -> dict[str, Path]:
-    """A file named with "train" brings siblings named "valid" (or "dev") and "test" in its place."""
+    """A file named with "train" brings siblings named "valid" (or "dev") and "test" in its
+    place."""
     src, _ = _resolve_seq2seq(path)
     found = {"train": Path(path)}
     if "train" in src.name:
@@ -443,12 +481,14 @@ def _sibling_splits(path) -> dict[str, Path]:
 
 
 def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True):
-    """-> {"train" | "valid" | "test": [(src_ids, tgt_ids), ...]} (a split without data is an empty list).
+    """-> {"train" | "valid" | "test": [(src_ids, tgt_ids), ...]} (a split without data is an empty
+    list).
 
-    data=None: the embedded docstring-summary task. A path: read_seq2seq(path) becomes "train"; if the
-    source file's name contains "train" (train.jsonl, train.article.txt, ...), files named with "valid"
-    (or "dev") and "test" in its place are picked up as those splits. Tokenized pairs are cached in
-    cache_dir, keyed by the pairs' content, the tokenizer's fingerprint and its source file.
+    data=None: the embedded docstring-summary task. A path: read_seq2seq(path) becomes "train"; if
+    the source file's name contains "train" (train.jsonl, train.article.txt, ...), files named with
+    "valid" (or "dev") and "test" in its place are picked up as those splits. Tokenized pairs are
+    cached in cache_dir, keyed by the pairs' content, the tokenizer's fingerprint and its source
+    file.
     """
     if tokenizer is None:
         raise TypeError("prepare_seq2seq needs the tokenizer the model was pre-trained with")
@@ -458,28 +498,35 @@ def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True
         texts = {split: read_seq2seq(p) for split, p in _sibling_splits(data).items()}
     texts = {split: texts.get(split, []) for split in ("train", "valid", "test")}
     tok_key = _sha1(tokenizer.fingerprint(), _code_key(type(tokenizer)))
-    key = _sha1(_VERSION, tok_key, *(x for split in texts for p in texts[split] for x in (split, *p)))
+    key = _sha1(_VERSION, tok_key,
+                *(x for split in texts for p in texts[split] for x in (split, *p)))
     folder = Path(cache_dir) / f"seq2seq-{key[:16]}"
     if not (folder / "meta.json").exists():
-        arrays, dtype = {}, _id_dtype(tokenizer)
+        arrays = {}
+        dtype = _id_dtype(tokenizer)
         for split, pairs in texts.items():
-            pairs = tqdm(pairs, desc=f"tokenizing {split}", disable=not progress or not pairs, unit="pair")
+            pairs = tqdm(pairs, desc=f"tokenizing {split}", disable=not progress or not pairs,
+                         unit="pair")
             ids = [(tokenizer.encode(s), tokenizer.encode(t)) for s, t in pairs]
-            kept = [p for p in ids if p[1]]  # a target of only control characters tokenizes to nothing
+            # a target of only control characters tokenizes to nothing
+            kept = [p for p in ids if p[1]]
             if len(kept) < len(ids):
-                warnings.warn(f"{split}: skipped {len(ids) - len(kept)} pairs whose target has no tokens")
+                warnings.warn(f"{split}: skipped {len(ids) - len(kept)} pairs whose target has "
+                              "no tokens")
             for side, i in (("src", 0), ("tgt", 1)):
-                arrays[f"{split}.{side}"], arrays[f"{split}.{side}_offsets"] = _ragged([p[i] for p in kept], dtype)
+                arrays[f"{split}.{side}"], arrays[f"{split}.{side}_offsets"] = _ragged(
+                    [p[i] for p in kept], dtype)
         _save_arrays(folder, arrays, {"version": _VERSION})
     out = {}
     for split in texts:
-        src, tgt = (_unragged(np.load(folder / f"{split}.{s}.npy"), np.load(folder / f"{split}.{s}_offsets.npy"))
+        src, tgt = (_unragged(np.load(folder / f"{split}.{s}.npy"),
+                              np.load(folder / f"{split}.{s}_offsets.npy"))
                     for s in ("src", "tgt"))
         out[split] = list(zip(src, tgt))
     return out
 
 
-# ----------------------------------------------------------------------------- batches for one or many ranks
+# -------------------------------------------------------------------- batches for one or many ranks
 
 def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=True, start=0):
     """Yield lists of examples for one epoch, as this rank's share.
@@ -487,8 +534,8 @@ def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=T
     The order is a shuffle fixed by (seed, epoch), identical on every rank. Rank r takes every
     world_size-th example from position r, so ranks are disjoint and together cover the data; every
     rank yields the SAME number of batches (DDP would hang otherwise): with drop_last the tail that
-    does not fill a batch on every rank is dropped, without it the order is padded by wrapping around
-    and the last batch may be smaller. start skips the first `start` batches (for resuming).
+    does not fill a batch on every rank is dropped, without it the order is padded by wrapping
+    around and the last batch may be smaller. start skips the first `start` batches (for resuming).
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
@@ -499,16 +546,19 @@ def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=T
 
 @functools.lru_cache(maxsize=4)
 def _rank_order(n, seed, epoch, rank, world_size, drop_last):
-    """This rank's example indices for one epoch: the shared shuffle, every world_size-th from position rank."""
+    """This rank's example indices for one epoch: the shared shuffle, every world_size-th from
+    position rank."""
     order = list(range(n))
     random.Random(f"batches:{seed}:{epoch}").shuffle(order)
     per_rank = _per_rank(n, world_size, drop_last)
-    return [order[i % n] for i in range(rank, per_rank * world_size, world_size)]  # i % n: wrap to pad
+    # i % n: wrap to pad
+    return [order[i % n] for i in range(rank, per_rank * world_size, world_size)]
 
 
 def batch_at(examples, batch_size, seed, index, rank=0, world_size=1, drop_last=True):
-    """Batch number `index` of this rank's endless stream (epoch after epoch): what infinite_batches yields
-    `index`-th. Random access, so a DataLoader worker builds any step's batch without replaying the others."""
+    """Batch number `index` of this rank's endless stream (epoch after epoch): what infinite_batches
+    yields `index`-th. Random access, so a DataLoader worker builds any step's batch without
+    replaying the others."""
     per_epoch = num_batches(len(examples), batch_size, world_size, drop_last)
     if per_epoch == 0:
         raise DataError(f"{len(examples)} examples are too few for batch_size {batch_size} "
@@ -529,34 +579,40 @@ def num_batches(n_examples, batch_size, world_size=1, drop_last=True) -> int:
 
 
 def infinite_batches(examples, batch_size, seed, rank=0, world_size=1, drop_last=True, state=None):
-    """Yield (batch, state) forever, epoch after epoch. state = {"epoch", "index"} is the position of
-    the NEXT batch: save the one that came with the last batch you trained on, and pass it back here
-    to resume exactly where you stopped."""
+    """Yield (batch, state) forever, epoch after epoch. state = {"epoch", "index"} is the position
+    of the NEXT batch: save the one that came with the last batch you trained on, and pass it back
+    here to resume exactly where you stopped."""
     state = dict(state or {"epoch": 0, "index": 0})
     per_epoch = num_batches(len(examples), batch_size, world_size, drop_last)
     if per_epoch == 0:
         raise DataError(f"{len(examples)} examples are too few for batch_size {batch_size} "
                         f"on {world_size} rank(s)")
-    epoch, index = state["epoch"], state["index"]
+    epoch = state["epoch"]
+    index = state["index"]
     while True:
-        for batch in batches(examples, batch_size, seed, epoch, rank, world_size, drop_last, start=index):
+        for batch in batches(examples, batch_size, seed, epoch, rank, world_size, drop_last,
+                             start=index):
             index += 1
             at_end = index == per_epoch
-            yield batch, {"epoch": epoch + 1, "index": 0} if at_end else {"epoch": epoch, "index": index}
-        epoch, index = epoch + 1, 0
+            yield batch, ({"epoch": epoch + 1, "index": 0} if at_end
+                          else {"epoch": epoch, "index": index})
+        epoch = epoch + 1
+        index = 0
 
 
-# ----------------------------------------------------------------------------- command line
+# ------------------------------------------------------------------------------------- command line
 
 def export_seq2seq(out_dir, cache_dir=".cache"):
-    """Write the embedded seq2seq task as files: {split}.jsonl for train.py, test.src / test.tgt (one text a line)
-    for generate.py and evaluate.py."""
+    """Write the embedded seq2seq task as files: {split}.jsonl for train.py, test.src / test.tgt
+    (one text a line) for generate.py and evaluate.py."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = default_seq2seq(cache_dir)
-    lines = {f"{split}.jsonl": [json.dumps({"src": s, "tgt": t}) for s, t in pairs] for split, pairs in task.items()}
+    lines = {f"{split}.jsonl": [json.dumps({"src": s, "tgt": t}) for s, t in pairs]
+             for split, pairs in task.items()}
     # test.src / test.tgt: one text a line (a newline inside a text would shift every later line)
-    lines.update({f"test.{side}": [" ".join(p[i].split()) for p in task["test"]] for side, i in (("src", 0), ("tgt", 1))})
+    lines.update({f"test.{side}": [" ".join(p[i].split()) for p in task["test"]]
+                  for side, i in (("src", 0), ("tgt", 1))})
     for name, rows in lines.items():
         atomic_write(out / name, lambda f: f.write("".join(r + "\n" for r in rows).encode("utf-8")))
     return {split: len(pairs) for split, pairs in task.items()}
@@ -564,10 +620,12 @@ def export_seq2seq(out_dir, cache_dir=".cache"):
 
 if __name__ == "__main__":
     import argparse
-    ap = argparse.ArgumentParser(description="Write the embedded docstring -> summary task as files.")
+    ap = argparse.ArgumentParser(
+        description="Write the embedded docstring -> summary task as files.")
     ap.add_argument("command", choices=["export"])
     ap.add_argument("--out", default="docsum")
     ap.add_argument("--cache_dir", default=".cache")
     args = ap.parse_args()
     counts = export_seq2seq(args.out, args.cache_dir)
-    print(f"wrote {args.out}/train.jsonl, valid.jsonl, test.jsonl ({counts}) and test.src / test.tgt")
+    print(f"wrote {args.out}/train.jsonl, valid.jsonl, test.jsonl ({counts}) "
+          "and test.src / test.tgt")

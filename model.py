@@ -1,29 +1,32 @@
 """The one Transformer backbone every objective in unigen runs on.
 
-A BERT-sized encoder in nanoGPT style: token + absolute position + segment embeddings, pre-LayerNorm
-blocks, a final LayerNorm, and heads called separately:
+A BERT-sized encoder in nanoGPT style: token + absolute position + segment embeddings,
+pre-LayerNorm blocks, a final LayerNorm, and heads called separately:
 
-    h = model(input_ids, position_ids, segment_ids, attn_mask)   # (B, L, d)
-    logits = model.lm_logits(h)                                   # tied to the token embedding, with bias
-    nsp = model.nsp_logits(h[:, 0])                               # UniLM's next-sentence head
-    logp, lam, alpha = model.copy_head(...)                       # PALM's pointer-generator (Eq. 2-8)
+    h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
+    logits = model.lm_logits(h)                                 # tied to the token embedding, with bias
+    nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
+    logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
 
 The backbone never knows which paper it serves: every objective is only a way of building
-(tokens, positions, segments, attention mask, targets).  Position ids are ALWAYS explicit because UniLMv2's
-pseudo tokens [P] and ERNIE-GEN's [ATTN] reuse the position of the token they stand for.
+(tokens, positions, segments, attention mask, targets).  Position ids are ALWAYS explicit because
+UniLMv2's pseudo tokens [P] and ERNIE-GEN's [ATTN] reuse the position of the token they stand for.
 
 Attention has one entry point, `attention()`, with two interchangeable paths that tests hold equal:
   naive  softmax(QK^T / sqrt(d) + bias + M) V written out (the readable reference),
-  sdpa   torch.nn.functional.scaled_dot_product_attention with the boolean mask (or, with a relative position
-         bias, the bias as a float mask with -inf where the boolean mask says no).
-Relative position bias (UniLMv2 section 4.1; T5's bidirectional buckets) is computed once per forward from the
-position ids and added in every layer.
+  sdpa   torch.nn.functional.scaled_dot_product_attention with the boolean mask (or, with a
+         relative position bias, the bias as a float mask with -inf where the boolean mask
+         says no).
+Relative position bias (UniLMv2 section 4.1; T5's bidirectional buckets) is computed once per
+forward from the position ids and added in every layer.
 
-A KV cache (`KVCache`) lets generate.py run only the new tokens at each decoding step: a forward with a cache
-attends to the cached keys/values plus the new ones; `cache.commit(n)` then keeps the first n new tokens.
+A KV cache (`KVCache`) lets generate.py run only the new tokens at each decoding step: a forward
+with a cache attends to the cached keys/values plus the new ones; `cache.commit(n)` then keeps the
+first n new tokens.
 
-Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; this is the papers' BERT backbone
-(pre-LN for stable training from scratch, which the papers' post-LN BERT is not; say so when comparing).
+Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; this is the papers'
+BERT backbone (pre-LN for stable training from scratch, which the papers' post-LN BERT is not; say
+so when comparing).
 """
 import math
 from dataclasses import asdict, dataclass, field, fields
@@ -41,17 +44,23 @@ def setting(default, help):
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = setting(8192, "tokens in the vocabulary (train.py sets it from the tokenizer)")
+    vocab_size: int = setting(8192,
+                              "tokens in the vocabulary (train.py sets it from the tokenizer)")
     n_layer: int = setting(4, "Transformer blocks")
     n_head: int = setting(4, "attention heads per block")
     n_embd: int = setting(256, "model width d")
     ffn_dim: int = setting(1024, "inner width of the feed-forward layer")
-    max_position: int = setting(512, "absolute position table size: the longest sequence (positions reused)")
-    n_segment: int = setting(6, "segment embeddings (UniLM uses 6 segment ids as LM identifiers, 2.2)")
+    max_position: int = setting(512, "absolute position table size: the longest sequence "
+                                     "(positions reused)")
+    n_segment: int = setting(6,
+                             "segment embeddings (UniLM uses 6 segment ids as LM identifiers, 2.2)")
     dropout: float = setting(0.1, "dropout on embeddings, attention weights and residual branches")
-    rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; UniLMv2 (4.1) uses 32")
-    rel_pos_max_distance: int = setting(128, "distance beyond which relative positions share the last bucket")
-    attn_impl: str = setting("sdpa", "attention path: naive (written out) | sdpa (fused) | flex (FlexAttention, CUDA)")
+    rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; "
+                                      "UniLMv2 (4.1) uses 32")
+    rel_pos_max_distance: int = setting(128, "distance beyond which relative positions share "
+                                             "the last bucket")
+    attn_impl: str = setting("sdpa", "attention path: naive (written out) | sdpa (fused) | "
+                                     "flex (FlexAttention, CUDA)")
     copy_head: bool = setting(False, "add PALM's pointer-generator copy head (2.3)")
     layer_norm_eps: float = setting(1e-12, "LayerNorm epsilon (BERT's 1e-12)")
 
@@ -73,32 +82,36 @@ class ModelConfig:
 
 
 PRESETS = {
-    # a CPU classroom model: trains on a laptop in minutes (no dropout: a few minutes of training underfits;
-    # measured in bench/RESULTS.md)
+    # a CPU classroom model: trains on a laptop in minutes (no dropout: a few minutes of training
+    # underfits; measured in bench/RESULTS.md)
     "tiny": dict(n_layer=2, n_head=4, n_embd=128, ffn_dim=512, max_position=256, dropout=0.0),
     "small": dict(n_layer=6, n_head=8, n_embd=512, ffn_dim=2048, max_position=512),
-    # the papers' BASE: 12 layers, 768 wide, 12 heads, 3072 FFN (UniLM 2.1, UniLMv2 4.1, ERNIE-GEN 4, PALM 3.1)
+    # the papers' BASE: 12 layers, 768 wide, 12 heads, 3072 FFN
+    # (UniLM 2.1, UniLMv2 4.1, ERNIE-GEN 4, PALM 3.1)
     "base": dict(n_layer=12, n_head=12, n_embd=768, ffn_dim=3072, max_position=512),
-    # the papers' LARGE: 24 layers, 1024 wide, 16 heads, 4096 FFN (UniLM-large, UniLMv2-large, ERNIE-GEN large)
+    # the papers' LARGE: 24 layers, 1024 wide, 16 heads, 4096 FFN
+    # (UniLM-large, UniLMv2-large, ERNIE-GEN large)
     "large": dict(n_layer=24, n_head=16, n_embd=1024, ffn_dim=4096, max_position=512),
 }
 
 ATTN_IMPLS = ("naive", "sdpa", "flex")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Attention: one entry point, two paths
 
 
 def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
     """Masked multi-head attention.
 
-    q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool, True = "query i may attend key j";
-    bias: optional (B, H, Lq, Lk) float added to the scores (the relative position bias), already -inf wherever
-    the mask says no (Transformer.encode prepares it once per forward).
+    q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool,
+    True = "query i may attend key j"; bias: optional (B, H, Lq, Lk) float added to the scores
+    (the relative position bias), already -inf wherever the mask says no (Transformer.encode
+    prepares it once per forward).
     Every query row must allow at least one key (Transformer.encode guarantees it).
-    flex: mask is a FlexAttention BlockMask and bias a FlexBias (or None); FlexAttention has no dropout on the
-    attention weights, so this path has none (the residual and embedding dropout stay).
+    flex: mask is a FlexAttention BlockMask and bias a FlexBias (or None); FlexAttention has no
+    dropout on the attention weights, so this path has none (the residual and embedding dropout
+    stay).
     """
     if impl == "naive":
         return naive_attention(q, k, v, mask, bias, dropout_p)
@@ -114,17 +127,19 @@ _COMPILED = {}
 
 
 def flex_attention():
-    """torch's flex_attention, compiled once on CUDA (its fast path); eager elsewhere (forward only on a CPU)."""
+    """torch's flex_attention, compiled once on CUDA (its fast path); eager elsewhere (forward only
+    on a CPU)."""
     from torch.nn.attention import flex_attention as fa
     if "fn" not in _COMPILED:
-        _COMPILED["fn"] = torch.compile(fa.flex_attention, dynamic=False) if torch.cuda.is_available() \
-            else fa.flex_attention
+        _COMPILED["fn"] = (torch.compile(fa.flex_attention, dynamic=False)
+                           if torch.cuda.is_available() else fa.flex_attention)
     return _COMPILED["fn"]
 
 
 def block_mask(mask_mod, B, L, device):
-    """FlexAttention's block-sparse mask from a mask_mod: which 128 x 128 tiles hold any allowed pair (the rest
-    are skipped: UniLMv2's context never sees the appended part), built once per batch and shared by the layers."""
+    """FlexAttention's block-sparse mask from a mask_mod: which 128 x 128 tiles hold any allowed
+    pair (the rest are skipped: UniLMv2's context never sees the appended part), built once per
+    batch and shared by the layers."""
     from torch.nn.attention.flex_attention import create_block_mask
     return create_block_mask(mask_mod, B, None, L, L, device=device, _compile=device.type == "cuda")
 
@@ -134,24 +149,28 @@ def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))            # (B, H, Lq, Lk)
     if bias is not None:
         scores = scores + bias
-    # -inf makes a forbidden key's weight exactly 0, so its gradient is exactly 0 too (the leakage tests rely on it)
+    # -inf makes a forbidden key's weight exactly 0, so its gradient is exactly 0 too
+    # (the leakage tests rely on it)
     scores = scores.masked_fill(~mask[:, None], float("-inf"))
     weights = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return weights @ v                                                  # (B, H, Lq, D)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Relative position bias (UniLMv2 4.1, after T5): bucket the signed distance, one learned scalar per bucket and head
+# --------------------------------------------------------------------------------------------------
+# Relative position bias (UniLMv2 4.1, after T5): bucket the signed distance,
+# one learned scalar per bucket and head
 
 
 def relative_position_bucket(relative_position, num_buckets=32, max_distance=128):
     """T5's bidirectional bucketing of relative_position = key_pos - query_pos.
 
-    Half the buckets for each sign; inside a half, distances below max_exact = num_buckets // 4 get a bucket each,
-    larger ones share log-spaced buckets up to max_distance, beyond which everything lands in the last bucket.
+    Half the buckets for each sign; inside a half, distances below max_exact = num_buckets // 4 get
+    a bucket each, larger ones share log-spaced buckets up to max_distance, beyond which everything
+    lands in the last bucket.
     """
     half = num_buckets // 2
-    bucket = (relative_position > 0).long() * half                      # keys to the right use the upper half
+    # keys to the right use the upper half
+    bucket = (relative_position > 0).long() * half
     n = relative_position.abs()
     max_exact = half // 2
     # log-spaced buckets between max_exact and max_distance
@@ -167,57 +186,67 @@ class RelativePositionBias(nn.Module):
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.table = nn.Embedding(num_buckets, n_head)
-        # the bucket of every possible distance -(P-1) .. P-1, for the score_mod (not saved in checkpoints)
+        # the bucket of every possible distance -(P-1) .. P-1, for the score_mod
+        # (not saved in checkpoints)
         distances = torch.arange(-(max_position - 1), max_position)
-        self.register_buffer("distance_bucket", relative_position_bucket(distances, num_buckets, max_distance),
+        self.register_buffer("distance_bucket",
+                             relative_position_bucket(distances, num_buckets, max_distance),
                              persistent=False)
         self.offset = max_position - 1
 
     def forward(self, q_pos, k_pos):
         """q_pos: (B, Lq), k_pos: (B, Lk) position ids -> bias (B, H, Lq, Lk).
 
-        Distances come from the position ids, not the sequence index, so a pseudo token [P] appended at the end
-        of the sequence is as close to its neighbours as the token it stands for.
+        Distances come from the position ids, not the sequence index, so a pseudo token [P]
+        appended at the end of the sequence is as close to its neighbours as the token it stands
+        for.
         """
         rel = k_pos[:, None, :] - q_pos[:, :, None]                     # (B, Lq, Lk)
         buckets = relative_position_bucket(rel, self.num_buckets, self.max_distance)
-        # the table's rows by index_select: the same numbers as self.table(buckets), and its backward (an
-        # index_add into a 32-row table) is 3.5x faster on a CPU than the embedding's (measured: 15 vs 51 ms
-        # for a 32 x 168 x 168 batch)
-        bias = self.table.weight.index_select(0, buckets.flatten()).view(*buckets.shape, -1)   # (B, Lq, Lk, H)
+        # the table's rows by index_select: the same numbers as self.table(buckets), and its
+        # backward (an index_add into a 32-row table) is 3.5x faster on a CPU than the embedding's
+        # (measured: 15 vs 51 ms for a 32 x 168 x 168 batch)
+        rows = self.table.weight.index_select(0, buckets.flatten())    # (B * Lq * Lk, H)
+        bias = rows.view(*buckets.shape, -1)                            # (B, Lq, Lk, H)
         return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
 
     def flex_bias(self, position_ids):
-        """The same bias for the FlexAttention path: the bias of every distance (2P - 1, H) and the positions."""
+        """The same bias for the FlexAttention path: the bias of every distance (2P - 1, H) and the
+        positions."""
         by_distance = self.table.weight.index_select(0, self.distance_bucket)          # (2P - 1, H)
         return FlexBias(by_distance, position_ids, self.offset)
 
 
 class FlexBias(NamedTuple):
-    """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a time inside the
-    kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned table through by_distance.
-    Plain tensors, so that a compiled block receives data and makes the score_mod itself."""
+    """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a
+    time inside the kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned
+    table through by_distance. Plain tensors, so that a compiled block receives data and makes the
+    score_mod itself."""
     by_distance: torch.Tensor     # (2P - 1, H): the bias of each distance -(P-1) .. P-1
     position_ids: torch.Tensor    # (B, L)
     offset: int                   # P - 1
 
     def score_mod(self, dtype):
-        by_distance, pos, offset = self.by_distance.to(dtype), self.position_ids, self.offset
+        by_distance = self.by_distance.to(dtype)
+        pos = self.position_ids
+        offset = self.offset
 
         def mod(score, b, h, q, k):
             return score + by_distance[pos[b, k] - pos[b, q] + offset, h]
         return mod
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # KV cache for incremental decoding
 
 
 class KVCache:
-    """Per-layer keys and values of the tokens decoded so far (plus their positions, for the relative bias).
+    """Per-layer keys and values of the tokens decoded so far (plus their positions, for the
+    relative bias).
 
-    A forward with a cache computes K/V for the new tokens and attends to cache + new; the new K/V wait in
-    `pending` until `commit(n)` keeps the first n of them (the query token of the step is then dropped).
+    A forward with a cache computes K/V for the new tokens and attends to cache + new; the new K/V
+    wait in `pending` until `commit(n)` keeps the first n of them (the query token of the step is
+    then dropped).
     """
 
     def __init__(self, n_layer):
@@ -240,7 +269,8 @@ class KVCache:
     def commit(self, n):
         """Keep the first n new tokens of the last forward in the cache."""
         for i, (k_new, v_new) in enumerate(self.pending):
-            k_new, v_new = k_new[:, :, :n], v_new[:, :, :n]
+            k_new = k_new[:, :, :n]
+            v_new = v_new[:, :, :n]
             self.k[i] = k_new if self.k[i] is None else torch.cat([self.k[i], k_new], dim=2)
             self.v[i] = v_new if self.v[i] is None else torch.cat([self.v[i], v_new], dim=2)
         new_pos = self.pending_pos[:, :n]
@@ -254,14 +284,15 @@ class KVCache:
         self.pos = self.pos.index_select(0, index)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The Transformer
 
 
 class SelfAttention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.cfg = cfg            # read attn_impl at call time so tests and benchmarks can switch paths
+        # read attn_impl at call time so tests and benchmarks can switch paths
+        self.cfg = cfg
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
@@ -269,12 +300,13 @@ class SelfAttention(nn.Module):
         B, L, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         H = self.cfg.n_head
-        q, k, v = (t.view(B, L, H, C // H).transpose(1, 2) for t in (q, k, v))                  # (B, H, L, D)
+        q, k, v = (t.view(B, L, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
         if cache is not None:
             k, v = cache.layer(layer_idx, k, v)                        # (B, H, Lc + L, D)
         p = self.cfg.dropout if self.training else 0.0
         impl = self.cfg.attn_impl
-        if impl == "flex" and torch.is_tensor(mask):      # a dense mask (decoding with a cache): the SDPA path
+        # a dense mask (decoding with a cache): the SDPA path
+        if impl == "flex" and torch.is_tensor(mask):
             impl = "sdpa"
         y = attention(q, k, v, mask, bias, impl, p)                    # (B, H, L, D)
         y = y.transpose(1, 2).reshape(B, L, C)
@@ -289,7 +321,8 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.attn = SelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
-        self.ffn = nn.Sequential(nn.Linear(cfg.n_embd, cfg.ffn_dim), nn.GELU(), nn.Linear(cfg.ffn_dim, cfg.n_embd))
+        self.ffn = nn.Sequential(nn.Linear(cfg.n_embd, cfg.ffn_dim), nn.GELU(),
+                                 nn.Linear(cfg.ffn_dim, cfg.n_embd))
         self.dropout = cfg.dropout
 
     def forward(self, x, mask, bias=None, cache=None, layer_idx=0):
@@ -298,46 +331,57 @@ class Block(nn.Module):
 
 
 def _additive_scores(hm, ws, w):
-    """Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d), ws (B, T, d) -> (B, T, S).
+    """Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d),
+    ws (B, T, d) -> (B, T, S).
 
-    Written out it makes a (B, T, S, d) tensor (at base size 31M numbers an example) and keeps it for backward.
+    Written out it makes a (B, T, S, d) tensor (at base size 31M numbers an example) and keeps it
+    for backward.
     """
     return (torch.tanh(hm[:, None] + ws[:, :, None]) * w).sum(-1)     # (B, T, S, d) -> (B, T, S)
 
 
 def additive_scores():
-    """_additive_scores, compiled on CUDA: one fused kernel that never writes the (B, T, S, d) tensor and
-    recomputes the tanh in backward (what makes PALM's copy head cheap on a GPU); as written elsewhere."""
+    """_additive_scores, compiled on CUDA: one fused kernel that never writes the (B, T, S, d)
+    tensor and recomputes the tanh in backward (what makes PALM's copy head cheap on a GPU); as
+    written elsewhere."""
     if "scores" not in _COMPILED:
-        _COMPILED["scores"] = torch.compile(_additive_scores, dynamic=True) if torch.cuda.is_available() \
-            else _additive_scores
+        _COMPILED["scores"] = (torch.compile(_additive_scores, dynamic=True)
+                               if torch.cuda.is_available() else _additive_scores)
     return _COMPILED["scores"]
 
 
 class PointerGenerator(nn.Module):
-    """PALM's copy head (section 2.3, after See et al. 2017), on the final-layer states of the one backbone.
+    """PALM's copy head (section 2.3, after See et al. 2017), on the final-layer states of the one
+    backbone.
 
-    s: decoder states s_t (B, T, d) (continuation rows); h: context states h_l (B, S, d) (the encoder side);
-    src_ids (B, S) the context tokens; src_mask (B, S) True = may be copied (real, non-special, not [MASK]).
-      P^v     = softmax(W^e (W^v s_t + b^v))                   (Eq. 2: model.lm_logits, tied to the embedding)
+    s: decoder states s_t (B, T, d) (continuation rows); h: context states h_l (B, S, d)
+    (the encoder side); src_ids (B, S) the context tokens; src_mask (B, S) True = may be copied
+    (real, non-special, not [MASK]).
+      P^v     = softmax(W^e (W^v s_t + b^v))                   (Eq. 2: model.lm_logits, tied to
+                                                                the embedding)
       e_t,l   = w^c . tanh(W^m h_l + W^s s_t + b^c)            (Eq. 3)
       alpha_t = softmax_l(e_t) over the copyable positions      (Eq. 4)
       z_t     = sum_l alpha_t,l h_l                            (Eq. 5)
       P^c(y)  = sum_{l: x_l = y} alpha_t,l  (scatter-add)     (Eq. 6: repeated tokens add up)
       P(y)    = lambda P^v(y) + (1 - lambda) P^c(y)            (Eq. 7)
-      lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 8: lambda is the share GENERATED, not copied)
-    Our P^v is the MLM head: BERT's dense + GELU + LayerNorm then the tied embedding and a bias, where Eq. 2 has a
-    single affine W^v s_t + b^v before W^e; one head serves both stages.
-    `forward` -> (log P (B, T, V), lambda (B, T), alpha (B, T, S)) for decoding and notebooks; training calls
-    `attend` once and `mix(..., target=y)`, which returns log P(y) only (no (rows, V) copy tensor to keep).
-    Everything after the scores is fp32 and in log space: log P = logaddexp(log lam + log P^v, log(1-lam) + log P^c).
-    A source with nothing copyable (an empty source) gets alpha = 0 and lambda = 1, so P = P^v, never 0/0.
-    The additive scores are a (B, T, S, d) tensor (base size, 101 x 402 x 768: 31M numbers per example) that
-    autograd keeps for backward. `attend(..., chunk=k)` computes them k decoder steps at a time under activation
-    checkpointing instead. Measured on one H200 (base, 16 passages of 402 + 101 tokens, bf16, forward + backward):
+      lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 8: lambda is the share
+                                                                GENERATED, not copied)
+    Our P^v is the MLM head: BERT's dense + GELU + LayerNorm then the tied embedding and a bias,
+    where Eq. 2 has a single affine W^v s_t + b^v before W^e; one head serves both stages.
+    `forward` -> (log P (B, T, V), lambda (B, T), alpha (B, T, S)) for decoding and notebooks;
+    training calls `attend` once and `mix(..., target=y)`, which returns log P(y) only
+    (no (rows, V) copy tensor to keep).
+    Everything after the scores is fp32 and in log space:
+    log P = logaddexp(log lam + log P^v, log(1-lam) + log P^c).
+    A source with nothing copyable (an empty source) gets alpha = 0 and lambda = 1, so P = P^v,
+    never 0/0.
+    The additive scores are a (B, T, S, d) tensor (base size, 101 x 402 x 768: 31M numbers per
+    example) that autograd keeps for backward. `attend(..., chunk=k)` computes them k decoder steps
+    at a time under activation checkpointing instead. Measured on one H200 (base, 16 passages of
+    402 + 101 tokens, bf16, forward + backward):
     no copy head 3.95 GiB / 23 ms; copy head at once 6.25 GiB / 30 ms; chunk=32 4.39 GiB / 34 ms.
-    Left out: the paper's "extended vocabulary" of context words outside the vocabulary (WordPiece has no OOV
-    words but [UNK], and [UNK] is never copied).
+    Left out: the paper's "extended vocabulary" of context words outside the vocabulary (WordPiece
+    has no OOV words but [UNK], and [UNK] is never copied).
     """
 
     @staticmethod
@@ -361,50 +405,60 @@ class PointerGenerator(nn.Module):
 
         chunk None: every decoder step at once; k: k steps at a time, checkpointed when training.
         """
-        hm = self.W_m(h)                                                   # (B, S, d), shared by every step t
+        hm = self.W_m(h)                                        # (B, S, d), shared by every step t
         T = s.size(1)
         step = chunk or max(T, 1)
         scores = self._scores
-        if chunk and torch.is_grad_enabled():          # keep only the chunk's inputs; redo the tanh in backward
-            scores = lambda *x: torch.utils.checkpoint.checkpoint(self._scores, *x, use_reentrant=False)
-        e = torch.cat([scores(hm, s[:, i:i + step]) for i in range(0, T, step)], dim=1)     # (B, T, S)
+        # keep only the chunk's inputs; redo the tanh in backward
+        if chunk and torch.is_grad_enabled():
+            scores = lambda *x: torch.utils.checkpoint.checkpoint(self._scores, *x,
+                                                                  use_reentrant=False)
+        parts = [scores(hm, s[:, i:i + step]) for i in range(0, T, step)]
+        e = torch.cat(parts, dim=1)                             # (B, T, S)
         e = self._fp32(e)
-        has_src = src_mask.any(-1)[:, None]                                # (B, 1)
-        e = e.masked_fill(~src_mask[:, None, :], float("-inf")).masked_fill(~has_src[..., None], 0.0)
-        alpha = e.softmax(dim=-1) * has_src[..., None]                     # (B, T, S); 0 where nothing to copy
-        z = alpha.to(h.dtype) @ h                                          # (B, T, d)
+        has_src = src_mask.any(-1)[:, None]                     # (B, 1)
+        e = e.masked_fill(~src_mask[:, None, :], float("-inf"))
+        e = e.masked_fill(~has_src[..., None], 0.0)
+        alpha = e.softmax(dim=-1) * has_src[..., None]          # (B, T, S); 0 where nothing to copy
+        z = alpha.to(h.dtype) @ h                               # (B, T, d)
         gate_logit = self._fp32(self.gate(torch.cat([z, s], dim=-1)).squeeze(-1))
-        return alpha, gate_logit.masked_fill(~has_src, float("inf"))      # lambda = 1 where nothing to copy
+        # lambda = 1 where nothing to copy
+        return alpha, gate_logit.masked_fill(~has_src, float("inf"))
 
     @staticmethod
     def mix(vocab_logits, alpha, gate_logit, src_ids, target=None):
-        """Eq. 6-7 for rows (...): vocab_logits (..., V), alpha and src_ids (..., S), gate_logit (...).
+        """Eq. 6-7 for rows (...): vocab_logits (..., V), alpha and src_ids (..., S),
+        gate_logit (...).
 
         target None -> log P over the vocabulary (..., V); target (...) -> log P(target) (...).
         """
-        log_lam, log_1m_lam = F.logsigmoid(gate_logit), F.logsigmoid(-gate_logit)     # log lambda, log(1 - lambda)
+        log_lam = F.logsigmoid(gate_logit)                      # log lambda
+        log_1m_lam = F.logsigmoid(-gate_logit)                  # log(1 - lambda)
         log_pv = PointerGenerator._fp32(vocab_logits).log_softmax(dim=-1)
         if target is None:
-            pc = torch.zeros_like(log_pv).scatter_add(-1, src_ids, alpha)           # (..., V), Eq. 6
-            log_lam, log_1m_lam = log_lam[..., None], log_1m_lam[..., None]
+            pc = torch.zeros_like(log_pv).scatter_add(-1, src_ids, alpha)   # (..., V), Eq. 6
+            log_lam = log_lam[..., None]
+            log_1m_lam = log_1m_lam[..., None]
         else:
-            log_pv = log_pv.gather(-1, target[..., None]).squeeze(-1)               # (...)
-            pc = (alpha * (src_ids == target[..., None])).sum(-1)                    # Eq. 6 at y only
-        # log P^c = -inf where y cannot be copied. The clamp keeps the branch torch.where discards finite, so its
-        # (zero) gradient stays 0 instead of 0 * inf = NaN.
+            log_pv = log_pv.gather(-1, target[..., None]).squeeze(-1)       # (...)
+            pc = (alpha * (src_ids == target[..., None])).sum(-1)            # Eq. 6 at y only
+        # log P^c = -inf where y cannot be copied. The clamp keeps the branch torch.where discards
+        # finite, so its (zero) gradient stays 0 instead of 0 * inf = NaN.
         log_pc = torch.where(pc > 0, pc.clamp_min(torch.finfo(pc.dtype).tiny).log(), float("-inf"))
-        # Eq. 7 in log space; log lambda + log P^v is always finite, so logaddexp's gradient is never 0/0
+        # Eq. 7 in log space; log lambda + log P^v is always finite, so logaddexp's gradient is
+        # never 0/0
         return torch.logaddexp(log_lam + log_pv, log_1m_lam + log_pc)
 
     def forward(self, vocab_logits, s, h, src_ids, src_mask, force_lambda=None):
         """-> log P (B, T, V), lambda (B, T), alpha (B, T, S).
 
-        force_lambda fixes the gate, for looking only: 1.0 gives P^v, 0.0 gives P^c, whose log is -inf (and whose
-        gradient is NaN) at every token outside the context.
+        force_lambda fixes the gate, for looking only: 1.0 gives P^v, 0.0 gives P^c, whose log is
+        -inf (and whose gradient is NaN) at every token outside the context.
         """
         alpha, gate_logit = self.attend(s, h, src_mask)
         if force_lambda is not None:
-            gate_logit = torch.full_like(gate_logit, float(torch.logit(torch.tensor(float(force_lambda)))))
+            fixed_logit = float(torch.logit(torch.tensor(float(force_lambda))))
+            gate_logit = torch.full_like(gate_logit, fixed_logit)
         index = src_ids[:, None, :].expand(-1, s.size(1), -1)                         # (B, T, S)
         logp = self.mix(vocab_logits, alpha, gate_logit, index)
         return logp, torch.sigmoid(gate_logit), alpha
@@ -421,15 +475,18 @@ class Transformer(nn.Module):
         self.emb_ln = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.rel_bias = None
         if cfg.rel_pos_buckets:
-            self.rel_bias = RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance, cfg.n_head,
-                                                 cfg.max_position)
+            self.rel_bias = RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance,
+                                                 cfg.n_head, cfg.max_position)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         # LM head: BERT's transform (dense, GELU, LN), then the token embedding transposed + a bias.
-        # In PALM's notation P^v = softmax(W^e (W^v s_t + b^v)) with W^e tied to the embedding (Eq. 2).
-        self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d, eps=cfg.layer_norm_eps))
+        # In PALM's notation P^v = softmax(W^e (W^v s_t + b^v)) with W^e tied to the
+        # embedding (Eq. 2).
+        self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(),
+                                          nn.LayerNorm(d, eps=cfg.layer_norm_eps))
         self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        self.nsp_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))   # pooler + classifier
+        # pooler + classifier
+        self.nsp_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))
         self.copy_head = PointerGenerator(d) if cfg.copy_head else None
         self.apply(self._init_weights)
 
@@ -441,22 +498,23 @@ class Transformer(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    # --- the backbone -------------------------------------------------------------------------------------------
+    # --- the backbone -----------------------------------------------------------------------------
 
     def embed(self, input_ids, position_ids, segment_ids):
         """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
         if position_ids.max() >= self.config.max_position:
-            raise ValueError(f"position id {int(position_ids.max())} >= max_position {self.config.max_position}; "
-                             "truncate the input (train.py does) or use a config with more positions")
+            raise ValueError(f"position id {int(position_ids.max())} >= max_position "
+                             f"{self.config.max_position}; truncate the input (train.py does) "
+                             "or use a config with more positions")
         x = self.tok_emb(input_ids) + self.pos_emb(position_ids) + self.seg_emb(segment_ids)
         return F.dropout(self.emb_ln(x), self.config.dropout, self.training)
 
     def encode(self, x, position_ids, attn_mask, cache=None):
         """Run the blocks over embeddings x (B, L, d).
 
-        attn_mask: (B, L, Lc + L) bool with Lc cached keys, or a mask description (objectives.masks.MaskSpec:
-        kind and block per token) that is built here, on the model's device: the dense mask for naive and sdpa,
-        a block-sparse FlexAttention mask for flex.
+        attn_mask: (B, L, Lc + L) bool with Lc cached keys, or a mask description
+        (objectives.masks.MaskSpec: kind and block per token) that is built here, on the model's
+        device: the dense mask for naive and sdpa, a block-sparse FlexAttention mask for flex.
         """
         if not torch.is_tensor(attn_mask):
             if self.config.attn_impl == "flex" and cache is None:
@@ -464,11 +522,12 @@ class Transformer(nn.Module):
             attn_mask = attn_mask.dense()
         if attn_mask.dim() == 2:
             attn_mask = attn_mask[None].expand(x.size(0), -1, -1)
-        # a query that may see nothing (a padding row) would make softmax 0/0: let it see itself, harmlessly
-        # (no `if dead.any()`: that would wait for the GPU at every forward)
+        # a query that may see nothing (a padding row) would make softmax 0/0: let it see itself,
+        # harmlessly (no `if dead.any()`: that would wait for the GPU at every forward)
         n_cached = attn_mask.size(-1) - x.size(1)
         dead = ~attn_mask.any(dim=-1)                                  # (B, L)
-        eye = F.pad(torch.eye(x.size(1), dtype=torch.bool, device=x.device), (n_cached, 0))  # (L, Lc + L)
+        eye = torch.eye(x.size(1), dtype=torch.bool, device=x.device)  # (L, L)
+        eye = F.pad(eye, (n_cached, 0))                                # (L, Lc + L)
         attn_mask = attn_mask | (eye[None] & dead[..., None])
         k_pos = position_ids
         if cache is not None:
@@ -477,19 +536,23 @@ class Transformer(nn.Module):
                 k_pos = torch.cat([cache.pos, position_ids], dim=1)
         bias = None
         if self.rel_bias is not None:
-            # computed once and shared by every layer (UniLMv2 4.1); -inf where the mask forbids, for sdpa
-            bias = self.rel_bias(position_ids, k_pos).masked_fill(~attn_mask[:, None], float("-inf"))
-            if torch.is_autocast_enabled(x.device.type):   # cast once here rather than in every layer
+            # computed once and shared by every layer (UniLMv2 4.1); -inf where the mask forbids,
+            # for sdpa
+            bias = self.rel_bias(position_ids, k_pos)                  # (B, H, L, Lc + L)
+            bias = bias.masked_fill(~attn_mask[:, None], float("-inf"))
+            # cast once here rather than in every layer
+            if torch.is_autocast_enabled(x.device.type):
                 bias = bias.to(torch.get_autocast_dtype(x.device.type))
         for i, block in enumerate(self.blocks):
             x = block(x, attn_mask, bias, cache, i)
         return self.ln_f(x)
 
     def _encode_flex(self, x, position_ids, spec):
-        """The FlexAttention path: one block mask and one score_mod (the relative bias) shared by every layer."""
+        """The FlexAttention path: one block mask and one score_mod (the relative bias) shared by
+        every layer."""
         if x.device.type != "cuda" and torch.is_grad_enabled():
-            raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward on a CPU); "
-                               "use sdpa here")
+            raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward "
+                               "on a CPU); use sdpa here")
         B, L = position_ids.shape
         mask = block_mask(spec.mask_mod(), B, L, x.device)
         bias = self.rel_bias.flex_bias(position_ids) if self.rel_bias is not None else None
@@ -498,17 +561,20 @@ class Transformer(nn.Module):
         return self.ln_f(x)
 
     def forward(self, input_ids, position_ids, segment_ids, attn_mask, cache=None):
-        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j (or a MaskSpec)."""
-        return self.encode(self.embed(input_ids, position_ids, segment_ids), position_ids, attn_mask, cache)
+        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j
+        (or a MaskSpec)."""
+        x = self.embed(input_ids, position_ids, segment_ids)
+        return self.encode(x, position_ids, attn_mask, cache)
 
     def compile_blocks(self):
-        """torch.compile each Transformer block (regional compilation): the blocks are alike, so one compilation
-        serves them all, in a fraction of the time of compiling the whole model; embeddings and heads stay eager."""
+        """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
+        compilation serves them all, in a fraction of the time of compiling the whole model;
+        embeddings and heads stay eager."""
         for block in self.blocks:
             block.compile(dynamic=False)
         return self
 
-    # --- heads ---------------------------------------------------------------------------------------------------
+    # --- heads ------------------------------------------------------------------------------------
 
     def lm_logits(self, h):
         """(..., d) -> (..., V): the masked-LM / generation head, tied to the token embedding."""
@@ -518,12 +584,13 @@ class Transformer(nn.Module):
         """(B, d) states at [SOS] -> (B, 2) is-next / not-next logits (UniLM 2.3, from BERT)."""
         return self.nsp_head(h_first)
 
-    # --- bookkeeping ---------------------------------------------------------------------------------------------
+    # --- bookkeeping ------------------------------------------------------------------------------
 
     def num_params(self, non_embedding=True):
         n = sum(p.numel() for p in self.parameters())
         if non_embedding:
-            n -= self.pos_emb.weight.numel() + self.tok_emb.weight.numel() + self.seg_emb.weight.numel()
+            n -= (self.pos_emb.weight.numel() + self.tok_emb.weight.numel()
+                  + self.seg_emb.weight.numel())
         return n
 
     def estimate_flops(self, seq_len, pred_frac=1.0):
@@ -531,23 +598,28 @@ class Transformer(nn.Module):
 
             6 * N  +  12 * n_layer * d * seq_len  +  6 * d * V * pred_frac
 
-        6N: each non-embedding weight does one multiply-add (2 FLOPs) forward and two backward (Kaplan et al. 2020);
-        12 * n_layer * d * T: the attention scores QK^T and the weighted sum AV, 2 * 2 * T * d each forward, x3 with
-        backward (the PaLM paper's formula; masked-out scores are still computed by dense kernels, so they count);
-        the tied output projection (d x V) runs only at the predicted rows, a fraction pred_frac of the tokens
-        (objectives send only those rows through it). PALM's additive copy attention is not counted.
+        6N: each non-embedding weight does one multiply-add (2 FLOPs) forward and two backward
+        (Kaplan et al. 2020); 12 * n_layer * d * T: the attention scores QK^T and the weighted sum
+        AV, 2 * 2 * T * d each forward, x3 with backward (the PaLM paper's formula; masked-out
+        scores are still computed by dense kernels, so they count); the tied output projection
+        (d x V) runs only at the predicted rows, a fraction pred_frac of the tokens (objectives
+        send only those rows through it). PALM's additive copy attention is not counted.
         """
         cfg = self.config
-        n_body = self.num_params() - cfg.vocab_size    # the LM bias is not a matmul
-        return 6 * n_body + 12 * cfg.n_layer * cfg.n_embd * seq_len + 6 * cfg.n_embd * cfg.vocab_size * pred_frac
+        # the LM bias is not a matmul
+        n_body = self.num_params() - cfg.vocab_size
+        return (6 * n_body + 12 * cfg.n_layer * cfg.n_embd * seq_len
+                + 6 * cfg.n_embd * cfg.vocab_size * pred_frac)
 
 
 # peak dense bf16 tensor FLOP/s by device name, for MFU
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12,
+              "4090": 165e12}
 
 
 def peak_flops(device):
-    """Peak bf16 FLOP/s of a CUDA device looked up by name, or None (CPU, unknown card: no MFU shown)."""
+    """Peak bf16 FLOP/s of a CUDA device looked up by name, or None (CPU, unknown card: no MFU
+    shown)."""
     if torch.device(device).type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)

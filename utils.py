@@ -1,14 +1,15 @@
-"""What every script shares: the one line reader, atomic writes, the device picker, checkpoint files,
-and the one way a user's mistake is reported.
+"""What every script shares: the one line reader, atomic writes, the device picker, checkpoint
+files, and the one way a user's mistake is reported.
 
-    lines = read_lines("test.src")              # '\n' only, one trailing '\r' stripped, UTF-8 checked
-    atomic_write("vocab.txt", text)             # temp file + rename: a crash never leaves half a file
-    device = pick_device("auto")                # cuda if there is one, else cpu
-    save_checkpoint("out/ckpt.pt", state)       # tensors and plain Python values only ...
-    state = read_checkpoint("out/ckpt.pt")      # ... read back with torch.load(weights_only=True)
+    lines = read_lines("test.src")            # '\n' only, one trailing '\r' stripped, UTF-8 checked
+    atomic_write("vocab.txt", text)           # temp file + rename: a crash never leaves half a file
+    device = pick_device("auto")              # cuda if there is one, else cpu
+    save_checkpoint("out/ckpt.pt", state)     # tensors and plain Python values only ...
+    state = read_checkpoint("out/ckpt.pt")    # ... read back with torch.load(weights_only=True)
 
-A user's mistake (a bad flag, a missing or malformed file) raises UsageError; the command lines catch it and
-print one line, `script.py: error: ...`, and exit with status 2. Anything else is a bug and keeps its traceback.
+A user's mistake (a bad flag, a missing or malformed file) raises UsageError; the command lines
+catch it and print one line, `script.py: error: ...`, and exit with status 2. Anything else is a
+bug and keeps its traceback.
 """
 import os
 import sys
@@ -16,7 +17,8 @@ from pathlib import Path
 
 
 class UsageError(Exception):
-    """A mistake the user can fix (a bad setting, a missing file): reported in one line, exit status 2."""
+    """A mistake the user can fix (a bad setting, a missing file): reported in one line, exit
+    status 2."""
 
 
 class DataError(UsageError, ValueError):
@@ -29,17 +31,19 @@ def exit_with_error(prog, error):
     raise SystemExit(2)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Files
 
 
 def read_text(path):
-    """A file's UTF-8 text (a BOM dropped), with clear errors for a missing path, a folder, bytes not UTF-8."""
+    """A file's UTF-8 text (a BOM dropped), with clear errors for a missing path, a folder, bytes
+    not UTF-8."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
     data = path.read_bytes()
-    # UTF-16 text and most binary formats are full of NUL bytes, which UTF-8 text has none or a stray few of
+    # UTF-16 text and most binary formats are full of NUL bytes,
+    # which UTF-8 text has none or a stray few of
     head = data[:65536]
     if head.count(0) > 0.3 * len(head):
         raise DataError(f"{path}: looks like a binary (or UTF-16) file, not UTF-8 text")
@@ -47,16 +51,18 @@ def read_text(path):
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}: not UTF-8 at byte offset {e.start} (line {line}): {e.reason}") from None
+        raise DataError(f"{path}: not UTF-8 at byte offset {e.start} (line {line}): "
+                        f"{e.reason}") from None
     return text.removeprefix("\ufeff")
 
 
 def split_lines(text):
-    """The project's one line rule: split on '\\n' only and strip ONE trailing '\\r' (Windows files).
+    """The project's one line rule: split on '\\n' only and strip ONE trailing '\\r'
+    (Windows files).
 
-    str.splitlines() would also split on \\r, \\x0b, \\x0c, \\x1c-\\x1e, \\x85, U+2028 and U+2029: a stray one
-    inside a line would shift every later line and silently misalign parallel files. A final newline does not
-    make an extra empty line.
+    str.splitlines() would also split on \\r, \\x0b, \\x0c, \\x1c-\\x1e, \\x85, U+2028 and U+2029: a
+    stray one inside a line would shift every later line and silently misalign parallel files. A
+    final newline does not make an extra empty line.
     """
     lines = text.split("\n")
     if lines[-1] == "":
@@ -65,14 +71,16 @@ def split_lines(text):
 
 
 def read_lines(path):
-    """The lines of a UTF-8 text file by split_lines: what data.py, generate.py and evaluate.py all read."""
+    """The lines of a UTF-8 text file by split_lines: what data.py, generate.py and evaluate.py
+    all read."""
     return split_lines(read_text(path))
 
 
 def atomic_write(path, content):
     """Write str/bytes, or call content(file) on a binary file, through a temp file and os.replace.
 
-    A crash (or Ctrl-C) mid-write leaves the old file, never half a new one; the temp file is removed.
+    A crash (or Ctrl-C) mid-write leaves the old file, never half a new one; the temp file is
+    removed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,12 +97,13 @@ def atomic_write(path, content):
             tmp.unlink()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Devices
 
 
 def pick_device(name="auto"):
-    """"auto" -> cuda when a GPU is visible, else cpu; "cpu", "cuda", "cuda:N" checked against this machine."""
+    """"auto" -> cuda when a GPU is visible, else cpu; "cpu", "cuda", "cuda:N" checked against
+    this machine."""
     import torch
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -106,13 +115,14 @@ def pick_device(name="auto"):
         if not torch.cuda.is_available():
             raise UsageError(f"--device {name}: this machine has no CUDA device (use --device cpu)")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} "
+                             "CUDA device(s) here")
     elif device.type != "cpu":
         raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
     return device
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Checkpoints: data, never programs
 
 CHECKPOINT_KEYS = ("model", "model_config", "vocab", "objective")
@@ -121,8 +131,8 @@ CHECKPOINT_KEYS = ("model", "model_config", "vocab", "objective")
 def save_checkpoint(path, state):
     """torch.save through a temp file: a crash mid-write keeps the last good checkpoint.
 
-    state must hold only tensors and plain Python values (dict, list, tuple, str, int, float, bool, None):
-    read_checkpoint loads with weights_only=True and refuses anything else.
+    state must hold only tensors and plain Python values (dict, list, tuple, str, int, float, bool,
+    None): read_checkpoint loads with weights_only=True and refuses anything else.
     """
     import torch
     atomic_write(path, lambda f: torch.save(state, f))
@@ -131,9 +141,10 @@ def save_checkpoint(path, state):
 def read_checkpoint(path, device="cpu"):
     """A train.py checkpoint -> its dict, loaded with torch.load(weights_only=True).
 
-    A missing, truncated or foreign file, and a file holding anything but tensors and plain values (a pickle
-    that could run code), is a UsageError naming the file. The dict holds "model" (state_dict), "model_config",
-    "vocab" (list of tokens), "lowercase", "objective", "objective_options", "task", and train.py's resume state.
+    A missing, truncated or foreign file, and a file holding anything but tensors and plain values
+    (a pickle that could run code), is a UsageError naming the file. The dict holds "model"
+    (state_dict), "model_config", "vocab" (list of tokens), "lowercase", "objective",
+    "objective_options", "task", and train.py's resume state.
     """
     import pickle
     import torch
@@ -142,13 +153,18 @@ def read_checkpoint(path, device="cpu"):
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
-        # torch names the class or function it refused to build ("Unsupported global: GLOBAL os.system")
+        # torch names the class or function it refused to build
+        # ("Unsupported global: GLOBAL os.system")
         if "GLOBAL" in str(e):
-            raise UsageError(f"{path}: refused: the file holds Python objects, not only tensors and plain values "
-                             "(unigen loads checkpoints as data and never runs code from them)") from None
-        raise UsageError(f"{path}: cannot read the checkpoint ({str(e).splitlines()[0][:200]})") from None
-    except Exception as e:                                  # truncated, not a torch file, ...
-        raise UsageError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
+            raise UsageError(f"{path}: refused: the file holds Python objects, not only tensors "
+                             "and plain values (unigen loads checkpoints as data and never runs "
+                             "code from them)") from None
+        raise UsageError(f"{path}: cannot read the checkpoint "
+                         f"({str(e).splitlines()[0][:200]})") from None
+    # truncated, not a torch file, ...
+    except Exception as e:
+        raise UsageError(f"{path}: cannot read the checkpoint "
+                         f"({type(e).__name__}: {str(e)[:200]})") from None
     missing = [k for k in CHECKPOINT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise UsageError(f"{path}: not a unigen checkpoint (missing keys {missing})")

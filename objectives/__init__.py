@@ -1,30 +1,35 @@
-"""Pre-training objectives: each one only builds (tokens, positions, segments, attention mask, targets).
+"""Pre-training objectives: each one only builds
+(tokens, positions, segments, attention mask, targets).
 
     from objectives import get_objective
-    obj = get_objective("pmlm", tokenizer, task="pretrain")      # unilm | pmlm | ernie_gen | palm | mass
+    # unilm | pmlm | ernie_gen | palm | mass
+    obj = get_objective("pmlm", tokenizer, task="pretrain")
     batch = obj.make_batch(examples, random.Random(0))           # -> Batch
     loss, metrics = obj.loss(model, batch)
 
 Every objective has the same shape, so reading one teaches the others:
 
-    pretrain_example(passage, rng)      one passage (a list of sentences of token ids) -> Example or None
-    seq2seq_example(src, tgt, rng)      one (source ids, target ids) pair -> Example or None
-    make_batch(examples, rng)           the examples -> Examples -> collate -> Batch   (shared, in this file)
-    compute_loss(model, batch)          one forward pass -> (loss, metrics)            (loss() wraps it)
-    options                             declared as class attributes: `mask_prob = option(0.15, "...")`
-    set_step(step, total_steps)         a hook train.py calls before every batch (PALM's two stages)
+    pretrain_example(passage, rng)  one passage (a list of sentences of token ids)
+                                    -> Example or None
+    seq2seq_example(src, tgt, rng)  one (source ids, target ids) pair -> Example or None
+    make_batch(examples, rng)       the examples -> Examples -> collate -> Batch
+                                    (shared, in this file)
+    compute_loss(model, batch)      one forward pass -> (loss, metrics)   (loss() wraps it)
+    options                         declared as class attributes: `mask_prob = option(0.15, "...")`
+    set_step(step, total_steps)     a hook train.py calls before every batch (PALM's two stages)
 
-An Example is one sequence as per-token lists: input_ids, position_ids, segment_ids, labels (-100 = no loss) and
-the mask's description, kind and block (objectives/masks.py): the attention mask is never stored, it is ONE
-rule applied to those two vectors wherever the batch is (masks.attention_mask). `collate` pads Examples into a
-Batch. An Example returned as None was skipped (too short, say) and is counted in `objective.skipped`; a batch
-whose examples were ALL skipped is empty (zero rows), and its loss is a zero that still touches every parameter
-(so DDP, which expects a gradient for every parameter, keeps going): the one policy for every objective.
+An Example is one sequence as per-token lists: input_ids, position_ids, segment_ids, labels
+(-100 = no loss) and the mask's description, kind and block (objectives/masks.py): the attention
+mask is never stored, it is ONE rule applied to those two vectors wherever the batch is
+(masks.attention_mask). `collate` pads Examples into a Batch. An Example returned as None was
+skipped (too short, say) and is counted in `objective.skipped`; a batch whose examples were ALL
+skipped is empty (zero rows), and its loss is a zero that still touches every parameter (so DDP,
+which expects a gradient for every parameter, keeps going): the one policy for every objective.
 
 Seq2seq layout shared by every objective (fine-tuning and generate.py's decoding loop rely on it):
     [SOS] src [EOS] | target part          source positions 0..S-1, target positions S, S+1, ...
-with segment ids `segments = (source, target)` and the query token `query_token` ([MASK], [P], [ATTN]) put at
-target position t to predict y_t, or None for next-token prediction (PALM).
+with segment ids `segments = (source, target)` and the query token `query_token` ([MASK], [P],
+[ATTN]) put at target position t to predict y_t, or None for next-token prediction (PALM).
 """
 import importlib
 import warnings
@@ -36,7 +41,7 @@ import torch.nn.functional as F
 from objectives import masks
 from objectives.masks import CTX, ORIG, PAD
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # What an objective produces: Examples, then a Batch
 
 
@@ -44,12 +49,14 @@ from objectives.masks import CTX, ORIG, PAD
 class Example:
     """One sequence on its way to a batch: per-token lists of one length, and per-example extras."""
     input_ids: list
-    position_ids: list            # explicit: pseudo and [ATTN] tokens reuse the position of their token
+    # explicit: pseudo and [ATTN] tokens reuse the position of their token
+    position_ids: list
     segment_ids: list
     labels: list                  # the token to predict at this row, -100 = none
     kind: list                    # masks.CTX / ORIG / PSEUDO / SPAN: the mask's description ...
     block: list                   # ... and the factorization step of each token (masks.may_attend)
-    extras: dict = field(default_factory=dict)    # per-example numbers, stacked by collate (UniLM's NSP label)
+    # per-example numbers, stacked by collate (UniLM's NSP label)
+    extras: dict = field(default_factory=dict)
 
     def __len__(self):
         return len(self.input_ids)
@@ -57,13 +64,16 @@ class Example:
 
 @dataclass
 class Batch:
-    """Examples padded to (B, L). The attention mask is built from kind and block where the batch is.
+    """Examples padded to (B, L). The attention mask is built from kind and block where the batch
+    is.
 
     extras, every key any objective uses (one place to look them up):
         lm_type       UniLM: index in unilm.LM_TYPES of the LM drawn for this batch (an int)
-        nsp_labels    UniLM: (B,) 0 = S2 follows S1, 1 = S2 is from another passage (bidirectional LM only)
+        nsp_labels    UniLM: (B,) 0 = S2 follows S1, 1 = S2 is from another passage
+                      (bidirectional LM only)
         stage         PALM: 1 (MLM on the context) or 2 (continuation + copy) (an int)
-        source_width  PALM: S, the width every example's context part is padded to (continuations start at S)
+        source_width  PALM: S, the width every example's context part is padded to
+                      (continuations start at S)
     """
     input_ids: torch.Tensor       # (B, L) long
     position_ids: torch.Tensor    # (B, L) long
@@ -80,19 +90,25 @@ class Batch:
 
     @property
     def mask(self):
-        """The mask described (kind, block): what objectives hand the model, which builds it on its device."""
+        """The mask described (kind, block): what objectives hand the model, which builds it on its
+        device."""
         return masks.MaskSpec(self.kind, self.block)
 
     def pin_memory(self):
-        """For a DataLoader's pin_memory (batches built in worker processes, copied to the GPU asynchronously)."""
+        """For a DataLoader's pin_memory (batches built in worker processes, copied to the GPU
+        asynchronously)."""
         pin = lambda t: t.pin_memory() if torch.is_tensor(t) else t
         names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
-        return Batch(*(pin(getattr(self, k)) for k in names), {k: pin(v) for k, v in self.extras.items()})
+        tensors = [pin(getattr(self, k)) for k in names]
+        extras = {k: pin(v) for k, v in self.extras.items()}
+        return Batch(*tensors, extras)
 
     def to(self, device):
         move = lambda t: t.to(device, non_blocking=True) if torch.is_tensor(t) else t
         names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
-        return Batch(*(move(getattr(self, k)) for k in names), {k: move(v) for k, v in self.extras.items()})
+        tensors = [move(getattr(self, k)) for k in names]
+        extras = {k: move(v) for k, v in self.extras.items()}
+        return Batch(*tensors, extras)
 
     def __len__(self):
         return self.input_ids.size(0)
@@ -120,8 +136,9 @@ def leading_context(example):
     return n
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Options: declared on the objective's class, so a reader finds them, and train.py makes each a --flag
+# --------------------------------------------------------------------------------------------------
+# Options: declared on the objective's class, so a reader finds them, and train.py makes each a
+# --flag
 
 
 class Option:
@@ -136,7 +153,7 @@ def option(default, help):
     return Option(default, help)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The interface train.py, generate.py and evaluate.py call
 
 
@@ -145,9 +162,12 @@ class Objective:
 
     name = None
     query_token = None            # "[MASK]" | "[P]" | "[ATTN]" | None (next-token prediction)
-    segments = (0, 1)             # segment ids of (source, target) in seq2seq fine-tuning and decoding
-    model_defaults = {}           # ModelConfig fields it needs (pmlm: relative position bias; palm: copy head)
-    align_source = False          # collate pads every example's context part to one width (PALM's layout)
+    # segment ids of (source, target) in seq2seq fine-tuning and decoding
+    segments = (0, 1)
+    # ModelConfig fields it needs (pmlm: relative position bias; palm: copy head)
+    model_defaults = {}
+    # collate pads every example's context part to one width (PALM's layout)
+    align_source = False
     n_segments = 2                # segment ids used: the model needs ModelConfig.n_segment >= this
     pad_multiple = 1              # collate pads the batch length up to a multiple of this
 
@@ -158,11 +178,13 @@ class Objective:
         self.task = task
         self.max_len = max_len
         self.label_smoothing = label_smoothing
-        self.skipped = {}         # reason -> count of examples the objective could not use (train.py reports it)
+        # reason -> count of examples the objective could not use (train.py reports it)
+        self.skipped = {}
         table = self.option_table()
         unknown = sorted(set(options) - set(table))
         if unknown:
-            raise ValueError(f"objectives/{self.name}.py: unknown option(s) {unknown}; known: {sorted(table)}")
+            raise ValueError(f"objectives/{self.name}.py: unknown option(s) {unknown}; "
+                             f"known: {sorted(table)}")
         # each option becomes an instance attribute: self.mask_prob, ...
         for key, opt in table.items():
             setattr(self, key, options.get(key, opt.default))
@@ -181,15 +203,17 @@ class Objective:
         """The current option values, by name (what train.py stores in a checkpoint)."""
         return {key: getattr(self, key) for key in self.option_table()}
 
-    # --- hooks a subclass may define ----------------------------------------------------------------------------
+    # --- hooks a subclass may define --------------------------------------------------------------
 
     def check_options(self):
-        """Raise ValueError for an option value that makes no sense (called at the end of __init__)."""
+        """Raise ValueError for an option value that makes no sense (called at the end of
+        __init__)."""
 
     def set_step(self, step, total_steps):
-        """train.py calls this before building the batch of step `step` (0-based) of `total_steps`."""
+        """train.py calls this before building the batch of step `step` (0-based) of
+        `total_steps`."""
 
-    # --- examples -> batch --------------------------------------------------------------------------------------
+    # --- examples -> batch ------------------------------------------------------------------------
 
     def pretrain_example(self, passage, rng):
         raise NotImplementedError
@@ -208,8 +232,8 @@ class Objective:
     def collate(self, rows, **batch_extras):
         """Examples -> Batch: right-padded (or, with align_source, context and rest padded apart).
 
-        Padding is PAD kind (the rule hides it), pad_id, position 0 and label -100. Per-example extras are
-        stacked into (B,) tensors; batch_extras are stored as they are.
+        Padding is PAD kind (the rule hides it), pad_id, position 0 and label -100. Per-example
+        extras are stacked into (B,) tensors; batch_extras are stored as they are.
         """
         extras = dict(batch_extras)
         keys = rows[0].extras if rows else {}
@@ -219,26 +243,37 @@ class Objective:
             extras["source_width"] = S
             rows = [self._aligned(row, S) for row in rows]
         L = max((len(row) for row in rows), default=0)
-        # lengths rounded up to a multiple: fewer distinct shapes for torch.compile (train.py sets it on CUDA)
+        # lengths rounded up to a multiple: fewer distinct shapes for torch.compile
+        # (train.py sets it on CUDA)
         L = -(-L // self.pad_multiple) * self.pad_multiple
         column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)
-        return Batch(column("input_ids", self.tok.pad_id), column("position_ids", 0),
+        return Batch(column("input_ids", self.tok.pad_id),
+                     column("position_ids", 0),
                      column("segment_ids", self.segments[1] if self.align_source else 0),
-                     column("labels", -100), column("kind", PAD), column("block", 0), extras)
+                     column("labels", -100),
+                     column("kind", PAD),
+                     column("block", 0),
+                     extras)
 
     def _aligned(self, row, S):
-        """Insert padding after the context part so that it is S tokens wide (the rest starts at S)."""
+        """Insert padding after the context part so that it is S tokens wide (the rest starts at
+        S)."""
         n = leading_context(row)
         gap = S - n
         cut = lambda values, fill: values[:n] + [fill] * gap + values[n:]
-        return Example(cut(row.input_ids, self.tok.pad_id), cut(row.position_ids, 0),
-                       cut(row.segment_ids, self.segments[0]), cut(row.labels, -100), cut(row.kind, PAD),
-                       cut(row.block, 0), row.extras)
+        return Example(cut(row.input_ids, self.tok.pad_id),
+                       cut(row.position_ids, 0),
+                       cut(row.segment_ids, self.segments[0]),
+                       cut(row.labels, -100),
+                       cut(row.kind, PAD),
+                       cut(row.block, 0),
+                       row.extras)
 
-    # --- the loss -----------------------------------------------------------------------------------------------
+    # --- the loss ---------------------------------------------------------------------------------
 
     def loss(self, model, batch):
-        """(loss, metrics) for a batch; an empty batch gives a zero that touches every parameter (DDP)."""
+        """(loss, metrics) for a batch; an empty batch gives a zero that touches every parameter
+        (DDP)."""
         if len(batch) == 0:
             zero = sum(p.sum() for p in model.parameters()) * 0.0
             return zero, {"loss": zero.detach()}
@@ -248,15 +283,17 @@ class Objective:
         raise NotImplementedError
 
     def corpus_tokens(self, batch):
-        """How many tokens of the corpus a batch reads: its context and target tokens (CTX, ORIG), not the query
-        tokens an objective adds ([P], [ATTN]) nor padding. Throughput in these compares objectives fairly."""
+        """How many tokens of the corpus a batch reads: its context and target tokens (CTX, ORIG),
+        not the query tokens an objective adds ([P], [ATTN]) nor padding. Throughput in these
+        compares objectives fairly."""
         return int(((batch.kind == CTX) | (batch.kind == ORIG)).sum())
 
     def decode_logprobs(self, model, h, source):
-        """Log-probabilities (N, V) of the next target token from the query rows' final states h (N, d).
+        """Log-probabilities (N, V) of the next target token from the query rows' final states
+        h (N, d).
 
-        `source` holds the encoded source (hidden (N, S, d), ids (N, S), mask (N, S)) for objectives that need it
-        (PALM's copy head); the default is the tied LM head.
+        `source` holds the encoded source (hidden (N, S, d), ids (N, S), mask (N, S)) for objectives
+        that need it (PALM's copy head); the default is the tied LM head.
         """
         return model.lm_logits(h).float().log_softmax(dim=-1)
 
@@ -264,12 +301,13 @@ class Objective:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Helpers shared by the objectives
 
 
 def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
-    """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] with p_mask, a random token with p_random, else unchanged."""
+    """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] with p_mask, a random token with p_random, else
+    unchanged."""
     r = rng.random()
     if r < p_mask:
         return tokenizer.mask_id if mask_id is None else mask_id
@@ -279,8 +317,9 @@ def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
 
 
 def random_token(tokenizer, rng):
-    """A uniformly random ordinary id: after the special tokens at the head of the vocabulary (unigen's 7; a BERT
-    vocab.txt's ids up to [MASK], its [unusedN] slots never drawn) and before any special token appended at its end."""
+    """A uniformly random ordinary id: after the special tokens at the head of the vocabulary
+    (unigen's 7; a BERT vocab.txt's ids up to [MASK], its [unusedN] slots never drawn) and before
+    any special token appended at its end."""
     hi = len(tokenizer)
     while hi - 1 in tokenizer.special_ids:
         hi -= 1
@@ -289,10 +328,12 @@ def random_token(tokenizer, rng):
 
 
 def cut_segments(sentences, rng):
-    """A passage (non-empty sentences) -> (S1, S2) token lists, cut at a uniformly random sentence boundary.
+    """A passage (non-empty sentences) -> (S1, S2) token lists, cut at a uniformly random sentence
+    boundary.
 
-    One sentence is cut inside, at a uniformly random token boundary (so short documents stay in play); a
-    one-token passage gives ([token], []). UniLM (2.3) and UniLMv2 (2.2) cut their "[SOS] S1 [EOS] S2 [EOS]" here.
+    One sentence is cut inside, at a uniformly random token boundary (so short documents stay in
+    play); a one-token passage gives ([token], []). UniLM (2.3) and UniLMv2 (2.2) cut their
+    "[SOS] S1 [EOS] S2 [EOS]" here.
     """
     if len(sentences) >= 2:
         k = rng.randint(1, len(sentences) - 1)
@@ -307,15 +348,16 @@ def cut_segments(sentences, rng):
 def lm_loss(model, h, labels, label_smoothing=0.0):
     """Cross-entropy of the tied LM head over the rows with labels != -100, in fp32.
 
-    Only the predicted rows go through the (d x V) output layer: with 15% of the rows masked that is most of
-    the head's cost saved. Returns (loss, accuracy) as 0-dim tensors (no host sync here; train.py syncs
-    when it logs).
+    Only the predicted rows go through the (d x V) output layer: with 15% of the rows masked that is
+    most of the head's cost saved. Returns (loss, accuracy) as 0-dim tensors (no host sync here;
+    train.py syncs when it logs).
     """
     sel = labels != -100
-    logits = model.lm_logits(h[sel]).float()                           # (N, V)
+    logits = model.lm_logits(h[sel]).float()      # (N, V)
     labels = labels[sel]
     if labels.numel() == 0:
-        zero = h.sum() * 0.0                # keeps the graph: DDP wants every parameter to get a gradient
+        # keeps the graph: DDP wants every parameter to get a gradient
+        zero = h.sum() * 0.0
         return zero, torch.full((), float("nan"), device=h.device)
     loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
     acc = (logits.argmax(-1) == labels).float().mean()
@@ -331,16 +373,24 @@ def warn_once(message):
         warnings.warn(message, stacklevel=2)
 
 
-OBJECTIVES = {"unilm": "unilm", "pmlm": "pmlm", "ernie_gen": "ernie_gen", "palm": "palm", "mass": "mass"}
+OBJECTIVES = {
+    "unilm": "unilm",
+    "pmlm": "pmlm",
+    "ernie_gen": "ernie_gen",
+    "palm": "palm",
+    "mass": "mass",
+}
 
 
 def objective_class(name):
-    """The Objective subclass registered as `name` (its options, model_defaults, ...), without building one."""
+    """The Objective subclass registered as `name` (its options, model_defaults, ...), without
+    building one."""
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}")
     return importlib.import_module(f"objectives.{OBJECTIVES[name]}").OBJECTIVE
 
 
 def get_objective(name, tokenizer, task="pretrain", **options) -> Objective:
-    """name in unilm | pmlm | ernie_gen | palm | mass; task in pretrain | seq2seq; options go to the objective."""
+    """name in unilm | pmlm | ernie_gen | palm | mass; task in pretrain | seq2seq; options go to the
+    objective."""
     return objective_class(name)(tokenizer, task=task, **options)

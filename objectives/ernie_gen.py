@@ -1,63 +1,80 @@
-"""ERNIE-GEN (Xiao et al., IJCAI 2020, section 3): infilling, noise-aware and span-by-span generation.
+"""ERNIE-GEN (Xiao et al., IJCAI 2020, section 3): infilling, noise-aware and span-by-span
+generation.
 
-    obj = get_objective("ernie_gen", tok, span_vocab="spans.json")     # pre-training on passages
-    obj = get_objective("ernie_gen", tok, task="seq2seq")              # fine-tuning (word flow, rho_f = 0.7)
-    vocab = build_span_vocab(sentences, tok, cache_path="spans.json")   # V_span, once per corpus
+    # pre-training on passages
+    obj = get_objective("ernie_gen", tok, span_vocab="spans.json")
+    # fine-tuning (word flow, rho_f = 0.7)
+    obj = get_objective("ernie_gen", tok, task="seq2seq")
+    # V_span, once per corpus
+    vocab = build_span_vocab(sentences, tok, cache_path="spans.json")
 
-One training example is ONE sequence with ONE mask (masks.multi_flow), so one attention call per layer runs
-the three flows of Eq. 5 (the contextual flow never attends to an [ATTN] row, so it is the same computation):
+One training example is ONE sequence with ONE mask (masks.multi_flow), so one attention call per
+layer runs the three flows of Eq. 5 (the contextual flow never attends to an [ATTN] row, so it is
+the same computation):
 
-    [SOS] S' [EOS] | T'              | A_W: [ATTN] x |T|        | A_S: [ATTN] x |T|   (only when lambda < 1)
+    [SOS] S' [EOS] | T'              | A_W: [ATTN] x |T|        | A_S: [ATTN] x |T|
+                                                                  (only when lambda < 1)
     segment 0        segment 1         segment 1                  segment 1
-    M_C: bidir.      S' + T'_<=i       S' + T'_<i + itself (M_W)  S' + T'_<b + itself, j in span [b, e) (M_S)
+    M_C: bidir.      S' + T'_<=i       S' + T'_<i + itself (M_W)  S' + T'_<b + itself,
+                                                                  j in span [b, e) (M_S)
 
-`separate_flows` is the naive reading of Eq. 2-6: the three flows computed apart, layer by layer, with the
-model's own weights; the tests (and notebooks/ernie_gen.ipynb) hold the one sequence equal to it.
+`separate_flows` is the naive reading of Eq. 2-6: the three flows computed apart, layer by layer,
+with the model's own weights; the tests (and notebooks/ernie_gen.ipynb) hold the one sequence equal
+to it.
 
-Pre-training (3.1). Per passage draw D_i from D = {U(1,4) p 0.4, U(4,32) p 0.6}, then draw fragments until
-gamma = 25% of the passage's tokens are used. A fragment's length is drawn in tokens, starts at a word start
-and ends at a word end (a `##` piece stays with its word, so it may run past the drawn length); fragments do not
-overlap or touch (S' keeps at least one word between two fragments, so each stays a fragment), and one word at
-least stays in S'. T = the fragments in passage order (Eq. 1: each one conditioned on S' and those before it).
-POSITIONS: every token keeps its position in `[SOS] passage [EOS]`; S' has holes where fragments were and each
-T token and its [ATTN]s sit where the token was. Why: the paper's infilling inserts "[ATTN] along with its
-position", and a fragment is filled in at its place, between the S' words around it (that is how 3.1 makes the
-decoder lean on the encoder); renumbered, S' would not say where anything was removed. The cost: the holes tell
-the model each fragment's length (as MASS's [MASK] runs do). Seq2seq fine-tuning is NOT the case of one fragment
-at the end of the passage. Cut s_k+1..s_n from s_1..s_n and pre-training gives S' = [SOS] s_1..s_k [EOS] at
-positions 0..k and n+1, the fragment at k+1..n: the source's [EOS] comes AFTER the target's positions (behind a
-hole of the fragment's length), and the target has no [EOS]. Fine-tuning (the decoding loop's layout) puts the
-source's [EOS] at S-1, BEFORE the target, whose positions S, S+1, ... follow it, and the target ends in an [EOS]
-to predict (the model learns to stop). Pre-training never shows that layout; the masks and the [ATTN] queries
-are the same.
-Noise (3.2): each T' token becomes a uniformly random non-special id with probability rho_p = 0.05 (4.1);
-labels are always the clean T.
-Span flow (3.3): the spans are sampled "consecutively in T'", the NOISED target, so the noise is drawn first and
-T' is then cut into spans by greedy lookup in V_span (trigram, then bigram, then unigram from the current word;
-n-grams of WORDS, a word = its pieces, so a noised `##` piece joins the word before it; spans never cross a
-fragment boundary). Without a span vocabulary every word is a span (a warning says so).
-Loss (Eq. 7): lambda L_word + (1 - lambda) L_span, lambda 0.5 in pre-training, 1.0 in fine-tuning (then no span
-flow is built). Metrics: loss, loss_word, acc_word, and loss_span, acc_span when the span flow is on.
+Pre-training (3.1). Per passage draw D_i from D = {U(1,4) p 0.4, U(4,32) p 0.6}, then draw fragments
+until gamma = 25% of the passage's tokens are used. A fragment's length is drawn in tokens, starts
+at a word start and ends at a word end (a `##` piece stays with its word, so it may run past the
+drawn length); fragments do not overlap or touch (S' keeps at least one word between two fragments,
+so each stays a fragment), and one word at least stays in S'. T = the fragments in passage order
+(Eq. 1: each one conditioned on S' and those before it).
+POSITIONS: every token keeps its position in `[SOS] passage [EOS]`; S' has holes where fragments
+were and each T token and its [ATTN]s sit where the token was. Why: the paper's infilling inserts
+"[ATTN] along with its position", and a fragment is filled in at its place, between the S' words
+around it (that is how 3.1 makes the decoder lean on the encoder); renumbered, S' would not say
+where anything was removed. The cost: the holes tell the model each fragment's length (as MASS's
+[MASK] runs do). Seq2seq fine-tuning is NOT the case of one fragment at the end of the passage. Cut
+s_k+1..s_n from s_1..s_n and pre-training gives S' = [SOS] s_1..s_k [EOS] at positions 0..k and n+1,
+the fragment at k+1..n: the source's [EOS] comes AFTER the target's positions (behind a hole of the
+fragment's length), and the target has no [EOS]. Fine-tuning (the decoding loop's layout) puts the
+source's [EOS] at S-1, BEFORE the target, whose positions S, S+1, ... follow it, and the target ends
+in an [EOS] to predict (the model learns to stop). Pre-training never shows that layout; the masks
+and the [ATTN] queries are the same.
+Noise (3.2): each T' token becomes a uniformly random non-special id with probability rho_p = 0.05
+(4.1); labels are always the clean T.
+Span flow (3.3): the spans are sampled "consecutively in T'", the NOISED target, so the noise is
+drawn first and T' is then cut into spans by greedy lookup in V_span (trigram, then bigram, then
+unigram from the current word; n-grams of WORDS, a word = its pieces, so a noised `##` piece joins
+the word before it; spans never cross a fragment boundary). Without a span vocabulary every word is
+a span (a warning says so).
+Loss (Eq. 7): lambda L_word + (1 - lambda) L_span, lambda 0.5 in pre-training, 1.0 in fine-tuning
+(then no span flow is built). Metrics: loss, loss_word, acc_word, and loss_span, acc_span when the
+span flow is on.
 
-Fine-tuning: [SOS] src [EOS] at positions 0..S-1 (segment 0), T' = noised (tgt + [EOS]) at S.., its [ATTN]s at
-S.. (segment 1): exactly generate.py's loop with query_token [ATTN]. rho_f defaults to 0.7 (Table 1: SQuAD QG and
-CNN/DM 0.7, Gigaword 0.5 base / 0.6 large; Persona-Chat 0.0). With lam_finetune < 1 the span flow is added: the
-spans cut in T' without its last token, which (the target's [EOS], or its noised stand-in) is a span of its own.
+Fine-tuning: [SOS] src [EOS] at positions 0..S-1 (segment 0), T' = noised (tgt + [EOS]) at S.., its
+[ATTN]s at S.. (segment 1): exactly generate.py's loop with query_token [ATTN]. rho_f defaults to
+0.7 (Table 1: SQuAD QG and CNN/DM 0.7, Gigaword 0.5 base / 0.6 large; Persona-Chat 0.0). With
+lam_finetune < 1 the span flow is added: the spans cut in T' without its last token, which (the
+target's [EOS], or its noised stand-in) is a span of its own.
 
-V_span (3.3): t = (p(w) - prod p(w_i)) / sqrt(p(w)(1 - p(w)) / N) for every bigram and trigram of words within a
-sentence, N = the number of n-grams of that order, p(w_i) = unigram frequencies. Keep the top n_bigrams and
-n_trigrams (paper: 200k / 50k on 16 GB) among those with t >= min_t = 2.576 (ours: the one-sided 0.5% critical
-value Manning & Schuetze use for collocations, so a small corpus keeps only significant n-grams: the cut scales
-with the corpus; 0 disables it) plus all unigrams. The cache file is JSON, one readable n-gram a row.
+V_span (3.3): t = (p(w) - prod p(w_i)) / sqrt(p(w)(1 - p(w)) / N) for every bigram and trigram of
+words within a sentence, N = the number of n-grams of that order, p(w_i) = unigram frequencies. Keep
+the top n_bigrams and n_trigrams (paper: 200k / 50k on 16 GB) among those with t >= min_t = 2.576
+(ours: the one-sided 0.5% critical value Manning & Schuetze use for collocations, so a small corpus
+keeps only significant n-grams: the cut scales with the corpus; 0 disables it) plus all unigrams.
+The cache file is JSON, one readable n-gram a row.
 
-Bad input: a passage longer than max_len - 2 is truncated, a seq2seq source (then target) cut to fit, with a
-warning; a passage of fewer than two words cannot give a fragment and is skipped and counted.
-Measured: from scratch, a tiny model's [ATTN] queries learn much slower than predicting from the previous
-token's own state (the query must learn to find its neighbours by position); the paper starts from BERT.
+Bad input: a passage longer than max_len - 2 is truncated, a seq2seq source (then target) cut to
+fit, with a warning; a passage of fewer than two words cannot give a fragment and is skipped and
+counted.
+Measured: from scratch, a tiny model's [ATTN] queries learn much slower than predicting from the
+previous token's own state (the query must learn to find its neighbours by position); the paper
+starts from BERT.
 
-Left out here: decoding (generate.py's loop is the infilling decoding of 3.4), fp16 and token-count batching
-(train.py). The lengths D are constants (LENGTH_DISTRIBUTIONS), not options. A passage whose first sentence was
-cut inside a word (data.make_passages) starts with a `##` piece, which then counts as a word.
+Left out here: decoding (generate.py's loop is the infilling decoding of 3.4), fp16 and token-count
+batching (train.py). The lengths D are constants (LENGTH_DISTRIBUTIONS), not options. A passage
+whose first sentence was cut inside a word (data.make_passages) starts with a `##` piece, which then
+counts as a word.
 """
 import json
 import math
@@ -71,11 +88,13 @@ from objectives import Example, Objective, lm_loss, option, random_token, warn_o
 from objectives.masks import CTX, ORIG, PSEUDO, SPAN
 from utils import atomic_write
 
-LENGTH_DISTRIBUTIONS = ((0.4, (1, 4)), (0.6, (4, 32)))      # D = {U(1,4), U(4,32)} with p 0.4 / 0.6 (3.1)
-T_CRITICAL = 2.576                                           # one-sided t-test at alpha = 0.005
+# D = {U(1,4), U(4,32)} with p 0.4 / 0.6 (3.1)
+LENGTH_DISTRIBUTIONS = ((0.4, (1, 4)), (0.6, (4, 32)))
+# one-sided t-test at alpha = 0.005
+T_CRITICAL = 2.576
 
 
-# --- words and the span vocabulary --------------------------------------------------------------------------
+# --- words and the span vocabulary ----------------------------------------------------------------
 
 def continuation_ids(tokenizer):
     """Ids of the `##` pieces: they continue the word before them."""
@@ -83,21 +102,23 @@ def continuation_ids(tokenizer):
 
 
 def word_ranges(ids, continuation):
-    """[(start, end)] token ranges of the words of ids; a word is a piece and the `##` pieces after it."""
+    """[(start, end)] token ranges of the words of ids; a word is a piece and the `##` pieces after
+    it."""
     starts = [k for k, i in enumerate(ids) if k == 0 or i not in continuation]
     return list(zip(starts, starts[1:] + [len(ids)]))
 
 
 def t_statistic(count, n_total, p_independent):
-    """t = (p(w) - p'(w)) / sqrt(sigma^2 / N) with p(w) = count / N, sigma^2 = p(w)(1 - p(w)) (3.3)."""
+    """t = (p(w) - p'(w)) / sqrt(sigma^2 / N) with p(w) = count / N, sigma^2 = p(w)(1 - p(w))
+    (3.3)."""
     p = count / n_total
     var = p * (1 - p)
     return math.inf if var == 0 else (p - p_independent) / math.sqrt(var / n_total)
 
 
 class SpanVocab:
-    """V_span: the kept bigrams and trigrams, each a tuple of words (a word = the tuple of its piece ids).
-    Every unigram belongs to V_span implicitly, so segmentation always succeeds."""
+    """V_span: the kept bigrams and trigrams, each a tuple of words (a word = the tuple of its piece
+    ids). Every unigram belongs to V_span implicitly, so segmentation always succeeds."""
 
     def __init__(self, ngrams):
         self.ngrams = frozenset(ngrams)
@@ -106,43 +127,54 @@ class SpanVocab:
         return len(self.ngrams)
 
     def segment(self, words):
-        """Greedy from the current word: trigram, bigram, else unigram (3.3) -> the word count of each span."""
-        sizes, i = [], 0
+        """Greedy from the current word: trigram, bigram, else unigram (3.3) -> the word count of
+        each span."""
+        sizes = []
+        i = 0
         while i < len(words):
-            n = next((n for n in (3, 2) if i + n <= len(words) and tuple(words[i:i + n]) in self.ngrams), 1)
+            n = next((n for n in (3, 2)
+                      if i + n <= len(words) and tuple(words[i:i + n]) in self.ngrams), 1)
             sizes.append(n)
             i += n
         return sizes
 
 
 def _sentences(corpus, tokenizer):
-    """Items of a corpus as token-id sentences: a text (encoded), a sentence of ids, or a passage of them."""
+    """Items of a corpus as token-id sentences: a text (encoded), a sentence of ids, or a passage of
+    them."""
     for item in corpus:
         if isinstance(item, str):
             yield tokenizer.encode(item)
-        elif len(item) and hasattr(item[0], "__len__"):                  # a passage: a list of sentences
+        elif len(item) and hasattr(item[0], "__len__"):  # a passage: a list of sentences
             yield from ([int(i) for i in s] for s in item)
         else:
             yield [int(i) for i in item]
 
 
-def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, min_t=T_CRITICAL, cache_path=None,
-                     progress=True):
-    """Count word n-grams over the corpus, keep the top t-statistics (3.3) -> SpanVocab; cached at cache_path.
+def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, min_t=T_CRITICAL,
+                     cache_path=None, progress=True):
+    """Count word n-grams over the corpus, keep the top t-statistics (3.3) -> SpanVocab; cached at
+    cache_path.
 
-    corpus: an iterable of texts, of token-id sentences or of passages (lists of sentences). A cache file written
-    with the same tokenizer and settings is loaded instead of counting again (train.py keeps it beside the
-    tokenized data, whose folder is already keyed by the corpus).
+    corpus: an iterable of texts, of token-id sentences or of passages (lists of sentences). A cache
+    file written with the same tokenizer and settings is loaded instead of counting again (train.py
+    keeps it beside the tokenized data, whose folder is already keyed by the corpus).
     """
-    settings = dict(tokenizer=tokenizer.fingerprint(), n_bigrams=n_bigrams, n_trigrams=n_trigrams, min_t=min_t)
+    settings = dict(tokenizer=tokenizer.fingerprint(), n_bigrams=n_bigrams, n_trigrams=n_trigrams,
+                    min_t=min_t)
     if cache_path and os.path.exists(cache_path):
         with open(cache_path, encoding="utf-8") as f:
             cached = json.load(f)
         if cached.get("settings") == settings:
             return load_span_vocab(cache_path, tokenizer)
-    continuation, word_id, counts = continuation_ids(tokenizer), {}, {1: Counter(), 2: Counter(), 3: Counter()}
-    for ids in tqdm(_sentences(corpus, tokenizer), desc="span vocabulary", unit=" sentences", disable=not progress):
-        w = [word_id.setdefault(tuple(ids[a:b]), len(word_id)) for a, b in word_ranges(ids, continuation)]
+    continuation = continuation_ids(tokenizer)
+    word_id = {}
+    counts = {1: Counter(), 2: Counter(), 3: Counter()}
+    sentences = tqdm(_sentences(corpus, tokenizer), desc="span vocabulary", unit=" sentences",
+                     disable=not progress)
+    for ids in sentences:
+        w = [word_id.setdefault(tuple(ids[a:b]), len(word_id))
+             for a, b in word_ranges(ids, continuation)]
         for n in (1, 2, 3):                                 # n-grams inside one sentence
             counts[n].update(zip(*(w[k:] for k in range(n))))
     n_words = sum(counts[1].values())
@@ -150,11 +182,13 @@ def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, mi
     rows = []
     for n, k in ((2, n_bigrams), (3, n_trigrams)):
         total = sum(counts[n].values())
-        scored = [(t_statistic(c, total, math.prod(p1[x] for x in g)), c, g) for g, c in counts[n].items()]
+        scored = [(t_statistic(c, total, math.prod(p1[x] for x in g)), c, g)
+                  for g, c in counts[n].items()]
         rows += sorted((s for s in scored if s[0] >= min_t), key=lambda s: -s[0])[:k]
     words = list(word_id)                                   # word index -> piece ids
     text = lambda g: " ".join(tokenizer.id_to_token(i) for x in g for i in words[x])
-    if cache_path:                                          # JSON with one n-gram a line: [pieces, t, count]
+    # JSON with one n-gram a line: [pieces, t, count]
+    if cache_path:
         ngram_lines = ",\n".join(json.dumps([text(g), t, c]) for t, c, g in rows)
         # atomic: a crash never leaves half a file
         atomic_write(cache_path, f'{{"settings": {json.dumps(settings)}, "words": {n_words}, '
@@ -165,7 +199,8 @@ def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, mi
 def load_span_vocab(path, tokenizer):
     """Read a build_span_vocab cache file (JSON rows [n-gram pieces, t, count]) -> SpanVocab."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"span vocabulary {path!r} does not exist; build it with build_span_vocab")
+        raise FileNotFoundError(f"span vocabulary {path!r} does not exist; "
+                                "build it with build_span_vocab")
     with open(path, encoding="utf-8") as f:
         table = json.load(f)
     if table.get("settings", {}).get("tokenizer") != tokenizer.fingerprint():
@@ -178,80 +213,104 @@ def load_span_vocab(path, tokenizer):
     return SpanVocab(ngrams)
 
 
-# --- Eq. 2-6 flow by flow: the naive computation ----------------------------------------------------------------
+# --- Eq. 2-6 flow by flow: the naive computation --------------------------------------------------
 
 def separate_flows(model, input_ids, position_ids, segment_ids, kind, block):
-    """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention, per layer.
+    """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention, per
+    layer.
 
-    For ONE example (1-D tensors, as an Example holds them; no padding), with the model's own weights:
+    For ONE example (1-D tensors, as an Example holds them; no padding), with the model's own
+    weights:
 
         X^(l+1)   = MH-Attn(Q = X^(l),   KV = X^(l),          M_C)     contextual flow, X = [S'; T'] (Eq. 2)
         A_W^(l+1) = MH-Attn(Q = A_W^(l), KV = [X^(l); A_W^(l)], M_W)   word-by-word flow (Eq. 3)
         A_S^(l+1) = MH-Attn(Q = A_S^(l), KV = [X^(l); A_S^(l)], M_S)   span-by-span flow (Eq. 4)
                                                                       (the three together: Eq. 5)
-    with M_ij = 0 where i may attend j and -inf elsewhere (Eq. 6). Each layer is the model's pre-LN block,
-    x + Attn(LN(x)), then x + FFN(LN(x)), unrolled so that queries and keys/values can come from different
-    flows. The masks are written from the equations, not from masks.multi_flow. -> the final states of
-    X, A_W and A_S (A_S is empty when the example has no span flow). The model itself computes all three in
-    ONE sequence with one mask (model(...) on the Example): the same numbers, one attention call per layer.
-    Written for reading and checking: slow, no dropout, no relative position bias (ERNIE-GEN uses none).
+    with M_ij = 0 where i may attend j and -inf elsewhere (Eq. 6). Each layer is the model's pre-LN
+    block, x + Attn(LN(x)), then x + FFN(LN(x)), unrolled so that queries and keys/values can come
+    from different flows. The masks are written from the equations, not from masks.multi_flow. ->
+    the final states of X, A_W and A_S (A_S is empty when the example has no span flow). The model
+    itself computes all three in ONE sequence with one mask (model(...) on the Example): the same
+    numbers, one attention call per layer. Written for reading and checking: slow, no dropout, no
+    relative position bias (ERNIE-GEN uses none).
     """
     if model.rel_bias is not None:
-        raise ValueError("separate_flows: the model has a relative position bias, which ERNIE-GEN does not use")
-    is_x, is_w, is_s = (kind == CTX) | (kind == ORIG), kind == PSEUDO, kind == SPAN
-    x_kind, x_block = kind[is_x], block[is_x]
-    src, tgt = x_kind == CTX, x_kind == ORIG             # S' and T' inside X
+        raise ValueError("separate_flows: the model has a relative position bias, "
+                         "which ERNIE-GEN does not use")
+    is_x = (kind == CTX) | (kind == ORIG)               # X = [S'; T']
+    is_w = kind == PSEUDO                               # A_W
+    is_s = kind == SPAN                                 # A_S
+    x_kind = kind[is_x]
+    x_block = block[is_x]
+    # S' and T' inside X
+    src = x_kind == CTX
+    tgt = x_kind == ORIG
     # M_C (Eq. 2): every row of X sees S'; a T' token t_i also sees t_<=i
     m_c = src[None, :] | (tgt[:, None] & tgt[None, :] & (x_block[None, :] <= x_block[:, None]))
 
     def m_gen(q_block):
-        """M_W (Eq. 3, q_block = i) and M_S (Eq. 4, q_block = b, the start of the query's span): keys [X; A]
-        -> S', t_<q_block, and the query itself (no other [ATTN])."""
+        """M_W (Eq. 3, q_block = i) and M_S (Eq. 4, q_block = b, the start of the query's span):
+        keys [X; A] -> S', t_<q_block, and the query itself (no other [ATTN])."""
         seen = src[None, :] | (tgt[None, :] & (x_block[None, :] < q_block[:, None]))
         return torch.cat([seen, torch.eye(len(q_block), dtype=torch.bool, device=kind.device)], 1)
 
     def mh_attn_layer(blk, q_in, kv_in, mask):
-        """One Transformer layer whose queries come from q_in and keys/values from kv_in (mask: True = attend)."""
-        C, H = q_in.size(-1), model.config.n_head
+        """One Transformer layer whose queries come from q_in and keys/values from kv_in
+        (mask: True = attend)."""
+        C = q_in.size(-1)
+        H = model.config.n_head
         q = blk.attn.qkv(blk.ln1(q_in)).split(C, -1)[0]
         _, k, v = blk.attn.qkv(blk.ln1(kv_in)).split(C, -1)
-        heads = lambda t: t.view(-1, H, C // H).transpose(0, 1)                  # (H, L, D)
-        scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(C // H)      # QK^T / sqrt(d_k)
-        w = scores.masked_fill(~mask, float("-inf")).softmax(-1)               # softmax(QK^T / sqrt(d_k) + M)
+        heads = lambda t: t.view(-1, H, C // H).transpose(0, 1)                 # (H, L, D)
+        # QK^T / sqrt(d_k)
+        scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(C // H)
+        # softmax(QK^T / sqrt(d_k) + M)
+        w = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (w @ heads(v)).transpose(0, 1).reshape(-1, C)
         x = q_in + blk.attn.proj(y)
         return x + blk.ffn(blk.ln2(x))
 
     e = model.embed(input_ids[None], position_ids[None], segment_ids[None])[0]
-    x, a_w, a_s = e[is_x], e[is_w], e[is_s]
-    m_w, m_s = m_gen(block[is_w]), m_gen(block[is_s])
-    for blk in model.blocks:                                # every flow reads the layer-l states of X
+    x = e[is_x]
+    a_w = e[is_w]
+    a_s = e[is_s]
+    m_w = m_gen(block[is_w])
+    m_s = m_gen(block[is_s])
+    for blk in model.blocks:
+        # every flow reads the layer-l states of X
         x, a_w, a_s = (mh_attn_layer(blk, x, x, m_c),
                        mh_attn_layer(blk, a_w, torch.cat([x, a_w]), m_w),
                        mh_attn_layer(blk, a_s, torch.cat([x, a_s]), m_s))
     return model.ln_f(x), model.ln_f(a_w), model.ln_f(a_s)
 
 
-# --- the objective -----------------------------------------------------------------------------------------
+# --- the objective --------------------------------------------------------------------------------
 
 class ErnieGenObjective(Objective):
     name = "ernie_gen"
-    query_token = "[ATTN]"        # infilling decoding (3.4): [ATTN] at the next position, dropped after each step
+    # infilling decoding (3.4): [ATTN] at the next position, dropped after each step
+    query_token = "[ATTN]"
     segments = (0, 1)
 
     gamma = option(0.25, "share of a passage's tokens that go into the target fragments (3.1: 25%)")
-    rho_p = option(0.05, "pre-training noise: share of target tokens replaced by random ones (4.1: 0.05)")
-    rho_f = option(0.7, "fine-tuning noise rate (Table 1: 0.7 SQuAD QG / CNN-DM, 0.5 Gigaword base)")
-    lam_pretrain = option(0.5, "Eq. 7 weight lambda of the word flow in pre-training (span flow: 1 - lambda)")
+    rho_p = option(0.05, "pre-training noise: share of target tokens replaced by random ones "
+                         "(4.1: 0.05)")
+    rho_f = option(0.7, "fine-tuning noise rate "
+                        "(Table 1: 0.7 SQuAD QG / CNN-DM, 0.5 Gigaword base)")
+    lam_pretrain = option(0.5, "Eq. 7 weight lambda of the word flow in pre-training "
+                               "(span flow: 1 - lambda)")
     lam_finetune = option(1.0, "Eq. 7 lambda in fine-tuning (1.0: word flow only)")
-    span_vocab = option(None, "the t-test span vocabulary (a build_span_vocab JSON file); train.py builds one")
+    span_vocab = option(None, "the t-test span vocabulary (a build_span_vocab JSON file); "
+                              "train.py builds one")
 
     def check_options(self):
         for k in ("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune"):
             if not 0.0 <= float(getattr(self, k)) <= 1.0:
-                raise ValueError(f"objectives/ernie_gen.py: {k}={getattr(self, k)} must lie in [0, 1]")
+                raise ValueError(f"objectives/ernie_gen.py: {k}={getattr(self, k)} "
+                                 "must lie in [0, 1]")
         if self.max_len < 3:
-            raise ValueError(f"objectives/ernie_gen.py: max_len={self.max_len} cannot hold [SOS] [EOS] [EOS]")
+            raise ValueError(f"objectives/ernie_gen.py: max_len={self.max_len} "
+                             "cannot hold [SOS] [EOS] [EOS]")
         pretrain = self.task == "pretrain"
         # the noising rate rho (3.2) and Eq. 7's lambda of this task
         self.rho = float(self.rho_p if pretrain else self.rho_f)
@@ -263,28 +322,40 @@ class ErnieGenObjective(Objective):
             self.spans_table = vocab
         self.continuation = continuation_ids(self.tok)
         if self.lam < 1 and self.spans_table is None:
-            warn_once("ernie_gen: no span vocabulary given (option span_vocab); the span flow treats every word "
-                      "as a span")
+            warn_once("ernie_gen: no span vocabulary given (option span_vocab); "
+                      "the span flow treats every word as a span")
 
-    # -- 3.1 multi-granularity target fragments -------------------------------------------------------------
+    # -- 3.1 multi-granularity target fragments ----------------------------------------------------
     def sample_fragments(self, words, rng):
-        """Fragments as word ranges [(w0, w1)] in the order drawn, and the length distribution (lo, hi) drawn.
+        """Fragments as word ranges [(w0, w1)] in the order drawn, and the length distribution
+        (lo, hi) drawn.
 
-        A drawn length is kept while its start is redrawn (up to 20 misses), so crowding does not bias the lengths
-        towards short ones; only the last fragment is cut to the budget left."""
-        lo_hi = rng.choices([b for _, b in LENGTH_DISTRIBUTIONS], [p for p, _ in LENGTH_DISTRIBUTIONS])[0]   # D_i
+        A drawn length is kept while its start is redrawn (up to 20 misses), so crowding does not
+        bias the lengths towards short ones; only the last fragment is cut to the budget left."""
+        bounds = [b for _, b in LENGTH_DISTRIBUTIONS]
+        probs = [p for p, _ in LENGTH_DISTRIBUTIONS]
+        lo_hi = rng.choices(bounds, probs)[0]               # D_i
         budget = max(1, round(self.gamma * words[-1][1]))   # gamma of the passage's tokens
-        taken, fragments, used, length, misses = [False] * len(words), [], 0, None, 0
-        for _ in range(50 + 20 * budget):                   # rejection sampling; gives up on a crowded passage
+        taken = [False] * len(words)
+        fragments = []
+        used = 0
+        length = None
+        misses = 0
+        # rejection sampling; gives up on a crowded passage
+        for _ in range(50 + 20 * budget):
             if used >= budget:
                 break
             if length is None or misses == 20:
-                length, misses = min(rng.randint(*lo_hi), budget - used), 0
+                length = min(rng.randint(*lo_hi), budget - used)
+                misses = 0
             w0 = w1 = rng.randrange(len(words))
-            while w1 < len(words) and words[w1][0] - words[w0][0] < length:   # whole words up to length tokens
+            # whole words up to length tokens
+            while w1 < len(words) and words[w1][0] - words[w0][0] < length:
                 w1 += 1
-            short = words[w1 - 1][1] - words[w0][0] < length                      # ran off the passage's end
-            if short or any(taken[max(w0 - 1, 0):w1 + 1]) or w1 - w0 == len(words):  # overlap, touch, all of S
+            # ran off the passage's end
+            short = words[w1 - 1][1] - words[w0][0] < length
+            # overlap, touch, all of S
+            if short or any(taken[max(w0 - 1, 0):w1 + 1]) or w1 - w0 == len(words):
                 misses += 1
                 continue
             taken[w0:w1] = [True] * (w1 - w0)
@@ -294,27 +365,32 @@ class ErnieGenObjective(Objective):
         return fragments, lo_hi
 
     def spans(self, ids):
-        """Span ranges [(b, e)] covering ids (one fragment of T'): greedy V_span lookup of whole words (3.3)."""
+        """Span ranges [(b, e)] covering ids (one fragment of T'): greedy V_span lookup of whole
+        words (3.3)."""
         words = word_ranges(ids, self.continuation)
         if self.spans_table is not None:
             sizes = self.spans_table.segment([tuple(ids[a:b]) for a, b in words])
         else:
             sizes = [1] * len(words)                        # fallback: every word is a span
-        out, w = [], 0
+        out = []
+        w = 0
         for n in sizes:
             out.append((words[w][0], words[w + n - 1][1]))
             w += n
         return out
 
-    # -- building examples ------------------------------------------------------------------------------------
+    # -- building examples -------------------------------------------------------------------------
     def noise(self, tgt_ids, rng):
-        """T' (3.2): each token of T replaced by a uniformly random non-special id with probability rho."""
+        """T' (3.2): each token of T replaced by a uniformly random non-special id with probability
+        rho."""
         return [random_token(self.tok, rng) if rng.random() < self.rho else t for t in tgt_ids]
 
     def layout(self, src_ids, src_pos, tgt_ids, noised, tgt_pos, spans):
-        """One Example [S'; T'; A_W; A_S]: tgt_ids the clean T (the labels), noised its T' (the input), spans
-        0-based target ranges [(b, e)] covering T', cut in T' (3.3)."""
-        S, m, attn = len(src_ids), len(tgt_ids), self.tok.attn_id
+        """One Example [S'; T'; A_W; A_S]: tgt_ids the clean T (the labels), noised its T' (the
+        input), spans 0-based target ranges [(b, e)] covering T', cut in T' (3.3)."""
+        S = len(src_ids)
+        m = len(tgt_ids)
+        attn = self.tok.attn_id
         seg_s, seg_t = self.segments
         steps = list(range(1, m + 1))
         ex = Example(input_ids=src_ids + noised + [attn] * m,
@@ -323,7 +399,8 @@ class ErnieGenObjective(Objective):
                      labels=[-100] * (S + m) + tgt_ids,       # labels: the clean T
                      kind=[CTX] * S + [ORIG] * m + [PSEUDO] * m,
                      block=[0] * S + steps + steps)
-        if self.lam < 1:                                    # span-by-span flow: [ATTN]_j carries its span's start
+        # span-by-span flow: [ATTN]_j carries its span's start
+        if self.lam < 1:
             ex.input_ids += [attn] * m
             ex.position_ids += tgt_pos
             ex.segment_ids += [seg_t] * m
@@ -343,13 +420,17 @@ class ErnieGenObjective(Objective):
             self.count_skip("passage too short for a fragment (needs two words)")
             return None
         in_target = [False] * len(ids)
-        tgt_ids, tgt_pos, ranges = [], [], []
+        tgt_ids = []
+        tgt_pos = []
+        ranges = []
         for w0, w1 in fragments:
-            a, b = words[w0][0], words[w1 - 1][1]
+            a = words[w0][0]
+            b = words[w1 - 1][1]
             in_target[a:b] = [True] * (b - a)
-            ranges.append((len(tgt_ids), len(tgt_ids) + b - a))     # the fragment's range in T
+            ranges.append((len(tgt_ids), len(tgt_ids) + b - a))  # the fragment's range in T
             tgt_ids += ids[a:b]
-            tgt_pos += range(a + 1, b + 1)                  # original positions: [SOS] is 0 (see the docstring)
+            # original positions: [SOS] is 0 (see the docstring)
+            tgt_pos += range(a + 1, b + 1)
         keep = [k for k in range(len(ids)) if not in_target[k]]
         src_ids = [self.tok.sos_id] + [ids[k] for k in keep] + [self.tok.eos_id]
         src_pos = [0] + [k + 1 for k in keep] + [len(ids) + 1]
@@ -361,30 +442,41 @@ class ErnieGenObjective(Objective):
         return self.layout(src_ids, src_pos, tgt_ids, noised, tgt_pos, spans)
 
     def seq2seq_example(self, src, tgt, rng):
-        src, tgt = [int(t) for t in src], [int(t) for t in tgt]
+        src = [int(t) for t in src]
+        tgt = [int(t) for t in tgt]
         if len(tgt) > self.max_len - 3:
             warn_once(f"ernie_gen: a target is longer than max_len={self.max_len} - 3; truncated")
             tgt = tgt[:self.max_len - 3]
         room = self.max_len - 3 - len(tgt)
         if len(src) > room:
-            warn_once(f"ernie_gen: a source + target is longer than max_len={self.max_len}; source truncated")
+            warn_once(f"ernie_gen: a source + target is longer than max_len={self.max_len}; "
+                      "source truncated")
             src = src[:room]
-        S, m = len(src) + 2, len(tgt) + 1
+        S = len(src) + 2        # [SOS] src [EOS]
+        m = len(tgt) + 1        # tgt [EOS]
         target = tgt + [self.tok.eos_id]
-        # the noise first (3.2), then the spans cut in T' (3.3); the last token, the [EOS], is a span of its own
+        # the noise first (3.2), then the spans cut in T' (3.3);
+        # the last token, the [EOS], is a span of its own
         noised = self.noise(target, rng)
         spans = self.spans(noised[:-1]) + [(m - 1, m)] if self.lam < 1 else []
-        return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), target, noised,
-                           list(range(S, S + m)), spans)
+        return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), target,
+                           noised, list(range(S, S + m)), spans)
 
-    # -- Eq. 7 -------------------------------------------------------------------------------------------------
+    # -- Eq. 7 -------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):
-        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # all flows (Eq. 5)
+        # all flows (Eq. 5)
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         kind = batch.kind
-        loss_w, acc_w = lm_loss(model, h, batch.labels.masked_fill(kind != PSEUDO, -100), self.label_smoothing)
-        metrics, loss = {"loss_word": loss_w.detach(), "acc_word": acc_w}, loss_w
+        # L_word: at the word-flow [ATTN]s
+        word_labels = batch.labels.masked_fill(kind != PSEUDO, -100)
+        loss_w, acc_w = lm_loss(model, h, word_labels, self.label_smoothing)
+        metrics = {"loss_word": loss_w.detach(), "acc_word": acc_w}
+        loss = loss_w
         if self.lam < 1:
-            loss_s, acc_s = lm_loss(model, h, batch.labels.masked_fill(kind != SPAN, -100), self.label_smoothing)
+            # L_span: at the span-flow [ATTN]s
+            span_labels = batch.labels.masked_fill(kind != SPAN, -100)
+            loss_s, acc_s = lm_loss(model, h, span_labels, self.label_smoothing)
+            # Eq. 7: lambda L_word + (1 - lambda) L_span
             loss = self.lam * loss_w + (1 - self.lam) * loss_s
             metrics.update(loss_span=loss_s.detach(), acc_span=acc_s)
         metrics["loss"] = loss.detach()

@@ -1,33 +1,39 @@
 """Self-attention masks: the whole difference between the four papers' language models.
 
-Every mask is a boolean tensor (B, L, L) with True = "query i may attend key j". Padding keys are False; a
-padding query row is all False (the model lets such rows see themselves so softmax stays finite; they carry no
-loss). In the pictures below rows are queries, columns keys, `1` = may attend.
+Every mask is a boolean tensor (B, L, L) with True = "query i may attend key j". Padding keys are
+False; a padding query row is all False (the model lets such rows see themselves so softmax stays
+finite; they carry no loss). In the pictures below rows are queries, columns keys, `1` = may attend.
 
 ONE rule makes every mask of the project (`may_attend`), from two per-token vectors a Batch carries:
 
-    kind   what the token is:  CTX    context: the text every query may see (source, unmasked text, [M] slots)
-                               ORIG   a token of a left-to-right factorization: sees what came before it
-                               PSEUDO a query token ([P], word-flow [ATTN]) predicting the ORIG of its block
-                               SPAN   a span-flow [ATTN] (ERNIE-GEN): sees what came before its span
-                               PAD    padding
-    block  the factorization step of ORIG / PSEUDO / SPAN tokens (1, 2, ...); ignored for CTX and PAD
+    kind   what the token is:
+           CTX    context: the text every query may see (source, unmasked text, [M] slots)
+           ORIG   a token of a left-to-right factorization: sees what came before it
+           PSEUDO a query token ([P], word-flow [ATTN]) predicting the ORIG of its block
+           SPAN   a span-flow [ATTN] (ERNIE-GEN): sees what came before its span
+           PAD    padding
+    block  the factorization step of ORIG / PSEUDO / SPAN tokens (1, 2, ...);
+           ignored for CTX and PAD
 
     a CTX query     sees  CTX
     an ORIG query   sees  CTX + ORIG of blocks <= its own                      (the text so far)
     a PSEUDO query  sees  CTX + ORIG of blocks <  its own + PSEUDO of its own block
     a SPAN query    sees  CTX + ORIG of blocks <  its own + itself
 
-Because the rule reads only per-token vectors, a mask never has to be materialised on the CPU: `attention_mask`
-builds the dense (B, L, L) tensor wherever kind and block are (the GPU, for the naive and SDPA paths) and the
-FlexAttention path calls `may_attend` on single (query, key) pairs inside its kernel (model.py). The papers' masks
-are this rule with the right kinds and blocks; the builders below write each one out the way its paper draws it,
-and the tests hold every one equal to the rule:
+Because the rule reads only per-token vectors, a mask never has to be materialised on the CPU:
+`attention_mask` builds the dense (B, L, L) tensor wherever kind and block are (the GPU, for the
+naive and SDPA paths) and the FlexAttention path calls `may_attend` on single (query, key) pairs
+inside its kernel (model.py). The papers' masks are this rule with the right kinds and blocks; the
+builders below write each one out the way its paper draws it, and the tests hold every one equal to
+the rule:
 
-UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq (from lengths)
+UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq
+                                     (from lengths)
 UniLMv2 (section 3.2, Figure 5):     pseudo_masked
-ERNIE-GEN (section 3.3, Figure 3d):  multi_flow (contextual, word-by-word and span-by-span flows in one mask)
-PALM (section 2.1):                  seq2seq (context bidirectional = encoder, continuation causal = decoder)
+ERNIE-GEN (section 3.3, Figure 3d):  multi_flow (contextual, word-by-word and span-by-span flows in
+                                     one mask)
+PALM (section 2.1):                  seq2seq (context bidirectional = encoder, continuation causal =
+                                     decoder)
 """
 from typing import NamedTuple
 
@@ -38,17 +44,21 @@ PAD, CTX, ORIG, PSEUDO, SPAN = 0, 1, 2, 3, 4
 
 
 def may_attend(q_kind, q_block, k_kind, k_block, same):
-    """The one rule, elementwise: may a query of (q_kind, q_block) attend a key of (k_kind, k_block)?
+    """The one rule, elementwise: may a query of (q_kind, q_block) attend a key of
+    (k_kind, k_block)?
 
-    The arguments broadcast against each other: (B, L, 1) queries against (B, 1, L) keys give the dense mask;
-    scalars give one cell (FlexAttention's mask_mod). `same` says whether query and key are the same token.
+    The arguments broadcast against each other: (B, L, 1) queries against (B, 1, L) keys give the
+    dense mask; scalars give one cell (FlexAttention's mask_mod). `same` says whether query and key
+    are the same token.
     """
     real_query = q_kind != PAD
-    # everyone sees the context; the context sees only itself (it never sees an appended or target token)
+    # everyone sees the context; the context sees only itself
+    # (it never sees an appended or target token)
     sees_context = real_query & (k_kind == CTX)
     # the text so far: an ORIG token sees the ORIG tokens of its own and earlier blocks
     orig_sees_orig = (q_kind == ORIG) & (k_kind == ORIG) & (k_block <= q_block)
-    # a query token predicts the ORIG of its block: it sees only the EARLIER blocks (never its own answer)
+    # a query token predicts the ORIG of its block: it sees only the EARLIER blocks
+    # (never its own answer)
     is_query = (q_kind == PSEUDO) | (q_kind == SPAN)
     query_sees_orig = is_query & (k_kind == ORIG) & (k_block < q_block)
     # the [P]s of one block are predicted together and see each other (UniLMv2 Figure 5)
@@ -59,18 +69,22 @@ def may_attend(q_kind, q_block, k_kind, k_block, same):
 
 
 def attention_mask(kind, block):
-    """(B, L) kind and block -> (B, L, L) bool: may_attend for every (query, key) pair, on kind's device."""
+    """(B, L) kind and block -> (B, L, L) bool: may_attend for every (query, key) pair, on kind's
+    device."""
     L = kind.size(1)
     same = torch.eye(L, dtype=torch.bool, device=kind.device)[None]
-    return may_attend(kind[:, :, None], block[:, :, None], kind[:, None, :], block[:, None, :], same)
+    return may_attend(kind[:, :, None], block[:, :, None],      # queries (B, L, 1)
+                      kind[:, None, :], block[:, None, :],      # keys (B, 1, L)
+                      same)
 
 
 class MaskSpec(NamedTuple):
-    """A mask described, not materialised: what a Batch hands the model (model.Transformer builds it there).
+    """A mask described, not materialised: what a Batch hands the model (model.Transformer builds it
+    there).
 
     dense()      the (B, L, L) bool mask, built on kind's device (the naive and SDPA paths)
-    mask_mod()   the rule for one (query, key) pair, FlexAttention's mask_mod; a padding query sees itself
-                 there (as the dense path's model does), so its softmax stays finite
+    mask_mod()   the rule for one (query, key) pair, FlexAttention's mask_mod; a padding query sees
+                 itself there (as the dense path's model does), so its softmax stays finite
     """
     kind: torch.Tensor        # (B, L)
     block: torch.Tensor       # (B, L)
@@ -88,7 +102,7 @@ class MaskSpec(NamedTuple):
         return mod
 
 
-# --- UniLM: the four LMs, from lengths -------------------------------------------------------------------
+# --- UniLM: the four LMs, from lengths ------------------------------------------------------------
 
 def _grid(lengths, L):
     """Query index i (1, L, 1), key index j (1, 1, L) and the validity of both (B, L, L)."""
@@ -134,7 +148,8 @@ def right_to_left(lengths, L):
 
 
 def seq2seq(src_lengths, lengths, L):
-    """Source block bidirectional; each target token sees the whole source, the target to its left and itself.
+    """Source block bidirectional; each target token sees the whole source, the target to its left
+    and itself.
 
     src_lengths counts the source part (with its [SOS] ... [EOS]); lengths the whole sequence.
     The official UniLM code writes it as ((j < n_src) | (j <= i)) & valid.
@@ -171,21 +186,24 @@ def unilm_kinds(lm, n, n_src=0):
     raise ValueError(f"unknown LM {lm!r}")
 
 
-# --- UniLMv2: pseudo-masked LM ---------------------------------------------------------------------------------
+# --- UniLMv2: pseudo-masked LM --------------------------------------------------------------------
 
 def pseudo_masked(kind, block):
-    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5), from per-token kinds and block indices.
+    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5), from per-token kinds and block
+    indices.
 
-    kind (B, L):  CTX     the context part: unmasked tokens and the [M] tokens of the autoencoding side
+    kind (B, L):  CTX     the context part: unmasked tokens and the [M] tokens of the autoencoding
+                          side
                   ORIG    an appended original token of a masked block
                   PSEUDO  an appended pseudo token [P] of a masked block
                   PAD     padding
     block (B, L): the factorization step r = 1..|M| of ORIG/PSEUDO tokens (ignored for CTX and PAD).
 
-      CTX query      sees CTX                                  (the context never sees appended tokens)
-      ORIG of r      sees CTX + ORIG of blocks <= r            (the partially autoregressive context so far)
-      PSEUDO of r    sees CTX + ORIG of blocks < r + PSEUDO of r (never its own originals: no explicit
-                                                                  leakage; CTX sees no ORIG: no implicit one)
+      CTX query      sees CTX                         (the context never sees appended tokens)
+      ORIG of r      sees CTX + ORIG of blocks <= r   (the partially autoregressive context so far)
+      PSEUDO of r    sees CTX + ORIG of blocks < r + PSEUDO of r
+                                                      (never its own originals: no explicit leakage;
+                                                       CTX sees no ORIG: no implicit one)
 
     The paper's example: x1..x6, blocks {x4, x5} (r = 1) then {x2} (r = 2); the appended part is
     x4 x5 P4 P5 x2 P2:
@@ -196,24 +214,27 @@ def pseudo_masked(kind, block):
         x2         1  1  1  1  1  1 |  1  1  0  0  1  0
         P2         1  1  1  1  1  1 |  1  1  0  0  0  1
 
-    Seq2seq fine-tuning (section 3.4) is the same rule with every target token its own block: source = CTX,
-    target token j = ORIG of block j, its [P] = PSEUDO of block j.
+    Seq2seq fine-tuning (section 3.4) is the same rule with every target token its own block:
+    source = CTX, target token j = ORIG of block j, its [P] = PSEUDO of block j.
     """
     return attention_mask(kind, block)
 
 
-# --- ERNIE-GEN: multi-flow attention ---------------------------------------------------------------------------
+# --- ERNIE-GEN: multi-flow attention --------------------------------------------------------------
 
-# ERNIE-GEN names: source S' = CTX, noised target T' = ORIG, word-by-word [ATTN] = PSEUDO, span-by-span [ATTN] = SPAN
+# ERNIE-GEN names: source S' = CTX, noised target T' = ORIG, word-by-word [ATTN] = PSEUDO,
+# span-by-span [ATTN] = SPAN
 
 def multi_flow(kind, block):
-    """ERNIE-GEN's three flows as ONE mask over the sequence [S'; T'; A_W; A_S] (section 3.3, Eq. 2-6, Fig. 3d).
+    """ERNIE-GEN's three flows as ONE mask over the sequence [S'; T'; A_W; A_S]
+    (section 3.3, Eq. 2-6, Fig. 3d).
 
-    kind (B, L): CTX (source S'), ORIG (target T'), PSEUDO (word-flow [ATTN]), SPAN (span-flow [ATTN]), PAD.
-    block (B, L): for ORIG and PSEUDO the target index i = 1..|T|; for SPAN the index b of its span's first
-    target token (a span [b, e) has e - b [ATTN] tokens, all with block b).
+    kind (B, L): CTX (source S'), ORIG (target T'), PSEUDO (word-flow [ATTN]), SPAN (span-flow
+    [ATTN]), PAD.
+    block (B, L): for ORIG and PSEUDO the target index i = 1..|T|; for SPAN the index b of its
+    span's first target token (a span [b, e) has e - b [ATTN] tokens, all with block b).
 
-      contextual flow M_C:  S' sees S';  T'_i sees S' + T'_<=i        (never an [ATTN] row: Eq. 5 holds)
+      contextual flow M_C:  S' sees S';  T'_i sees S' + T'_<=i    (never an [ATTN] row: Eq. 5 holds)
       word flow M_W:        [ATTN]_i sees S' + T'_<i + itself
       span flow M_S:        [ATTN]_j (j in [b, e)) sees S' + T'_<b + itself
 

@@ -1,61 +1,81 @@
-"""UniLM (Dong et al. 2019, section 2): four language models in one Transformer, told apart only by the mask.
+"""UniLM (Dong et al. 2019, section 2): four language models in one Transformer, told apart only by
+the mask.
 
-    obj = get_objective("unilm", tok)                      # pre-training: a passage -> one of the four LMs
-    obj = get_objective("unilm", tok, task="seq2seq")      # fine-tuning (2.5): mask target tokens, predict them
-    python train.py --objective unilm                      # (train.py turns the options below into flags)
+    # pre-training: a passage -> one of the four LMs
+    obj = get_objective("unilm", tok)
+    # fine-tuning (2.5): mask target tokens, predict them
+    obj = get_objective("unilm", tok, task="seq2seq")
+    # (train.py turns the options below into flags)
+    python train.py --objective unilm
 
 Pre-training (2.3, 2.4). Each BATCH draws one LM: bidirectional 1/3, seq2seq 1/3, left-to-right 1/6,
 right-to-left 1/6 (weights 2:2:1:1, options `weight_*`; `lm_type` forces one). Inputs (2.1):
-    bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1/S2 cut from the passage at a random sentence boundary
-    left/right-to-left       [SOS] x [EOS]             x = the whole passage, ONE text segment as the paper says
-                                                       (the official loader packs two segments here: we follow
-                                                       the paper, and docs/how-it-fits-together.md)
-Segment ids double as LM identifiers (2.1; official ids): bidirectional S1 0 / S2 1, left-to-right 2,
-right-to-left 3, seq2seq source 4 / target 5. Cloze (2.4): 15% of the non-special tokens are predicted,
-n_pred = max(1, round(0.15 * n)) exactly as the official loader counts them; a span starts at a random
-position, 80% single tokens / 20% a bigram or trigram; a chosen token becomes [MASK] 80%, a random token 10%,
-itself 10%. [SOS] and [EOS] are never masked (spans stop there). NSP (2.3) for the bidirectional LM only:
-with probability 1/2, S2 is replaced by a random sentence suffix of ANOTHER passage of the same batch, cut to the
-replaced S2's length (a batch of one usable passage has no other: all its pairs are positive).
+    bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1/S2 cut from the passage at a random
+                                                       sentence boundary
+    left/right-to-left       [SOS] x [EOS]             x = the whole passage, ONE text segment as
+                                                       the paper says (the official loader packs two
+                                                       segments here: we follow the paper, and
+                                                       docs/how-it-fits-together.md)
+Segment ids double as LM identifiers (2.1; official ids): bidirectional S1 0 / S2 1,
+left-to-right 2, right-to-left 3, seq2seq source 4 / target 5. Cloze (2.4): 15% of the non-special
+tokens are predicted, n_pred = max(1, round(0.15 * n)) exactly as the official loader counts them;
+a span starts at a random position, 80% single tokens / 20% a bigram or trigram; a chosen token
+becomes [MASK] 80%, a random token 10%, itself 10%. [SOS] and [EOS] are never masked (spans stop
+there). NSP (2.3) for the bidirectional LM only: with probability 1/2, S2 is replaced by a random
+sentence suffix of ANOTHER passage of the same batch, cut to the replaced S2's length (a batch of
+one usable passage has no other: all its pairs are positive).
 Loss = masked-token cross-entropy + NSP (logged apart as loss_mlm, loss_nsp).
 
-Cutting a passage (a list of sentences): several sentences -> split between sentences k | k+1, k uniform;
-one sentence -> split inside it at a uniform token boundary (keeps short documents in play); an empty or
-one-token passage cannot give two non-empty segments and is skipped and counted (in every LM, for one rule).
-Too long for max_len: truncated with a warning, S1 loses its first tokens and S2 its last (the text around the
-split point stays, so a positive pair stays a true continuation); the one-text LMs keep the start.
+Cutting a passage (a list of sentences): several sentences -> split between sentences
+k | k+1, k uniform; one sentence -> split inside it at a uniform token boundary (keeps short
+documents in play); an empty or one-token passage cannot give two non-empty segments and is skipped
+and counted (in every LM, for one rule).
+Too long for max_len: truncated with a warning, S1 loses its first tokens and S2 its last (the text
+around the split point stays, so a positive pair stays a true continuation); the one-text LMs keep
+the start.
 
-Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS] with segments 4/5; n_pred = max(1, round(len(tgt) * 0.7))
-positions (official formula; len(tgt) counts no [EOS]) are drawn among the target tokens INCLUDING the final
-[EOS] (so the model learns to stop), 80/10/10 on them, single tokens (the official fine-tuning runs use no
-n-gram masking). The source is never masked. Label smoothing (0.1 in the paper) is the base class's option.
+Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS] with segments 4/5;
+n_pred = max(1, round(len(tgt) * 0.7)) positions (official formula; len(tgt) counts no [EOS]) are
+drawn among the target tokens INCLUDING the final [EOS] (so the model learns to stop), 80/10/10 on
+them, single tokens (the official fine-tuning runs use no n-gram masking). The source is never
+masked. Label smoothing (0.1 in the paper) is the base class's option.
 
-The official loader caps predictions per sequence at --max_pred; here `max_pred` = 0 (the default) means no
-cap, so the rates are the paper's. Left out: whole-word masking, the NLU fine-tuning heads, the official label
-smoothing's eps/(V-2) (ours, torch's: eps/V). All randomness comes from the rng given to make_batch.
+The official loader caps predictions per sequence at --max_pred; here `max_pred` = 0 (the default)
+means no cap, so the rates are the paper's. Left out: whole-word masking, the NLU fine-tuning heads,
+the official label smoothing's eps/(V-2) (ours, torch's: eps/V). All randomness comes from the rng
+given to make_batch.
 """
 import torch.nn.functional as F
 
 from objectives import Example, Objective, corrupt, cut_segments, lm_loss, option, warn_once
 from objectives.masks import unilm_kinds
 
-LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")       # extras["lm_type"] = index
+# extras["lm_type"] = index
+LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")
 # official segment ids as LM identifiers (type_vocab_size 6): (first segment, second segment)
-SEGMENT_IDS = {"bidirectional": (0, 1), "left_to_right": (2, 2), "right_to_left": (3, 3), "seq2seq": (4, 5)}
+SEGMENT_IDS = {
+    "bidirectional": (0, 1),
+    "left_to_right": (2, 2),
+    "right_to_left": (3, 3),
+    "seq2seq": (4, 5),
+}
 
 
 def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
-    """Cloze positions: n_pred of the candidate positions, in spans (2.4). -> (sorted positions, spans).
+    """Cloze positions: n_pred of the candidate positions, in spans (2.4).
+    -> (sorted positions, spans).
 
-    Walk the candidates in random order; from each not yet chosen start, take a bigram or trigram with
-    probability span_prob (length uniform in 2..max_span, as the official skipgram_size), else one token. A span
-    stops at a non-candidate (a special token, the end), at a chosen position, or when n_pred are chosen, so
-    spans stay contiguous and never exceed the budget (the official code overshoots, then drops at random).
+    Walk the candidates in random order; from each not yet chosen start, take a bigram or trigram
+    with probability span_prob (length uniform in 2..max_span, as the official skipgram_size), else
+    one token. A span stops at a non-candidate (a special token, the end), at a chosen position, or
+    when n_pred are chosen, so spans stay contiguous and never exceed the budget (the official code
+    overshoots, then drops at random).
     """
     allowed = set(candidates)
     order = list(candidates)
     rng.shuffle(order)
-    chosen, spans = set(), []
+    chosen = set()
+    spans = []
     for start in order:
         if len(chosen) >= n_pred:
             break
@@ -74,52 +94,63 @@ def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
 
 class UniLMObjective(Objective):
     name = "unilm"
-    query_token = "[MASK]"        # decoding puts [MASK] at the next target position (2.5; official decoder)
+    # decoding puts [MASK] at the next target position (2.5; official decoder)
+    query_token = "[MASK]"
     segments = SEGMENT_IDS["seq2seq"]
     n_segments = 6                # the six segment ids above: the model needs n_segment >= 6
 
     mask_prob = option(0.15, "share of the text tokens predicted by the cloze task (2.4: 15%)")
-    span_prob = option(0.2, "probability that a cloze pick is a bigram or trigram instead of one token (2.4)")
+    span_prob = option(0.2, "probability that a cloze pick is a bigram or trigram instead of one "
+                            "token (2.4)")
     max_span = option(3, "longest cloze span in tokens (2.4: trigram)")
     max_pred = option(0, "cap on predictions per sequence (the official --max_pred); 0 = no cap")
     nsp = option(True, "add the next-sentence prediction loss to bidirectional batches (2.3)")
     nsp_negative_prob = option(0.5, "share of NSP pairs whose S2 comes from another passage (2.3)")
-    lm_type = option("mix", "mix (draw per batch) or one of bidirectional, left_to_right, right_to_left, seq2seq")
+    lm_type = option("mix", "mix (draw per batch) or one of bidirectional, left_to_right, "
+                            "right_to_left, seq2seq")
     weight_bidirectional = option(2.0, "relative frequency of the bidirectional LM (2.4: 1/3)")
     weight_seq2seq = option(2.0, "relative frequency of the seq2seq LM (2.4: 1/3)")
     weight_left_to_right = option(1.0, "relative frequency of the left-to-right LM (2.4: 1/6)")
     weight_right_to_left = option(1.0, "relative frequency of the right-to-left LM (2.4: 1/6)")
-    target_mask_prob = option(0.7, "fine-tuning: share of target tokens masked and predicted (2.5: 70%)")
+    target_mask_prob = option(0.7, "fine-tuning: share of target tokens masked and predicted "
+                                   "(2.5: 70%)")
 
     def check_options(self):
         if self.lm_type not in ("mix",) + LM_TYPES:
-            raise ValueError(f"objectives/unilm.py: lm_type={self.lm_type!r}; choose mix or one of {LM_TYPES}")
+            raise ValueError(f"objectives/unilm.py: lm_type={self.lm_type!r}; "
+                             f"choose mix or one of {LM_TYPES}")
         self.weights = [float(getattr(self, f"weight_{t}")) for t in LM_TYPES]
         if min(self.weights) < 0 or sum(self.weights) <= 0:
-            raise ValueError(f"objectives/unilm.py: LM weights {self.weights} must be >= 0 with a positive sum")
+            raise ValueError(f"objectives/unilm.py: LM weights {self.weights} "
+                             "must be >= 0 with a positive sum")
         for k in ("mask_prob", "span_prob", "nsp_negative_prob", "target_mask_prob"):
             if not 0 <= getattr(self, k) <= 1:
-                raise ValueError(f"objectives/unilm.py: {k}={getattr(self, k)} is not a probability")
+                raise ValueError(f"objectives/unilm.py: {k}={getattr(self, k)} "
+                                 "is not a probability")
         if self.max_len < 5:
-            raise ValueError(f"objectives/unilm.py: max_len={self.max_len} cannot hold [SOS] a [EOS] b [EOS]")
+            raise ValueError(f"objectives/unilm.py: max_len={self.max_len} "
+                             "cannot hold [SOS] a [EOS] b [EOS]")
 
-    # --- the cloze task ---------------------------------------------------------------------------------------
+    # --- the cloze task ---------------------------------------------------------------------------
 
     def _n_pred(self, n, p):
-        n_pred = max(1, round(n * p))                  # official: min(max_pred, max(1, round(n * p)))
+        # official: min(max_pred, max(1, round(n * p)))
+        n_pred = max(1, round(n * p))
         return min(n_pred, self.max_pred) if self.max_pred > 0 else n_pred
 
     def _cloze(self, tokens, candidates, n_pred, rng, span_prob):
         """Mask n_pred of the candidate positions (80/10/10, 2.4) -> (corrupted tokens, labels)."""
         positions, _ = choose_positions(candidates, n_pred, rng, span_prob, self.max_span)
-        inputs, labels = list(tokens), [-100] * len(tokens)
+        inputs = list(tokens)
+        labels = [-100] * len(tokens)
         for p in positions:
             labels[p] = tokens[p]
             inputs[p] = corrupt(tokens[p], self.tok, rng)
         return inputs, labels
 
     def _example(self, tokens, n_src, lm, labels_from, rng, span_prob, nsp_label=None):
-        """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and blocks, and the cloze."""
+        """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and blocks, and the
+        cloze."""
         first, second = SEGMENT_IDS[lm]
         segments = [first] * n_src + [second] * (len(tokens) - n_src)
         candidates, n_pred = labels_from
@@ -128,10 +159,11 @@ class UniLMObjective(Objective):
         extras = {} if nsp_label is None else {"nsp_labels": nsp_label}
         return Example(inputs, list(range(len(tokens))), segments, labels, kind, block, extras)
 
-    # --- pre-training: one passage -> one LM's example ----------------------------------------------------------
+    # --- pre-training: one passage -> one LM's example --------------------------------------------
 
     def _pair(self, s1, s2):
-        """Fit [SOS] S1 [EOS] S2 [EOS] into max_len: the longer segment gives way (BERT's truncate_seq_pair)."""
+        """Fit [SOS] S1 [EOS] S2 [EOS] into max_len: the longer segment gives way (BERT's
+        truncate_seq_pair)."""
         budget = self.max_len - 3
         if len(s1) + len(s2) > budget:
             warn_once(f"unilm: a segment pair is longer than max_len={self.max_len}; truncated")
@@ -143,7 +175,8 @@ class UniLMObjective(Objective):
         return [sos] + s1 + [eos] + s2 + [eos], len(s1) + 2
 
     def _usable(self, passage):
-        """The passage without empty sentences, or None (skipped and counted) if it has fewer than 2 tokens."""
+        """The passage without empty sentences, or None (skipped and counted) if it has fewer than 2
+        tokens."""
         passage = [s for s in passage if s]
         n = sum(len(s) for s in passage)
         if n < 2:
@@ -152,7 +185,8 @@ class UniLMObjective(Objective):
         return passage
 
     def pretrain_example(self, passage, rng, lm="bidirectional", other=None):
-        """One usable passage -> Example for the LM drawn for the batch; other: a passage for NSP negatives."""
+        """One usable passage -> Example for the LM drawn for the batch; other: a passage for NSP
+        negatives."""
         if lm in ("left_to_right", "right_to_left"):
             text = [t for s in passage for t in s]
             if len(text) > self.max_len - 2:
@@ -165,10 +199,12 @@ class UniLMObjective(Objective):
             s1, s2 = cut_segments(passage, rng)
             nsp_label = None
             if lm == "bidirectional" and self.nsp:
-                # NSP (2.3, after BERT): 0 = S2 follows S1, 1 = S2 is a sentence suffix of another passage
+                # NSP (2.3, after BERT): 0 = S2 follows S1,
+                # 1 = S2 is a sentence suffix of another passage
                 nsp_label = 0
                 if other is not None and rng.random() < self.nsp_negative_prob:
-                    # no longer than the S2 it replaces: the pair's length gives no NSP hint, and still fits
+                    # no longer than the S2 it replaces: the pair's length gives no NSP hint,
+                    # and still fits
                     suffix = [t for s in other[rng.randrange(len(other)):] for t in s]
                     nsp_label = 1
                     s2 = suffix[:len(s2)]
@@ -176,10 +212,12 @@ class UniLMObjective(Objective):
         # every token but [SOS] and the [EOS]s may be predicted
         candidates = [i for i in range(len(tokens)) if i not in (0, n_src - 1, len(tokens) - 1)]
         n_pred = self._n_pred(len(candidates), self.mask_prob)
-        return self._example(tokens, n_src, lm, (candidates, n_pred), rng, self.span_prob, nsp_label)
+        return self._example(tokens, n_src, lm, (candidates, n_pred), rng, self.span_prob,
+                             nsp_label)
 
     def make_batch(self, examples, rng, lm_type=None):
-        """examples -> Batch. lm_type (argument or option) forces one LM; otherwise one is drawn per batch (2.4)."""
+        """examples -> Batch. lm_type (argument or option) forces one LM; otherwise one is drawn per
+        batch (2.4)."""
         if self.task == "seq2seq":
             return super().make_batch(examples, rng)
         lm = lm_type or self.lm_type
@@ -189,20 +227,24 @@ class UniLMObjective(Objective):
         rows = []
         for b, passage in enumerate(passages):
             # an NSP negative comes from another passage of the SAME batch
-            others = [i for i in range(len(passages)) if i != b] if lm == "bidirectional" and self.nsp else []
+            others = []
+            if lm == "bidirectional" and self.nsp:
+                others = [i for i in range(len(passages)) if i != b]
             other = passages[rng.choice(others)] if others else None
             rows.append(self.pretrain_example(passage, rng, lm, other))
         return self.collate(rows, lm_type=LM_TYPES.index(lm))
 
-    # --- fine-tuning (2.5) ----------------------------------------------------------------------------------------
+    # --- fine-tuning (2.5) ------------------------------------------------------------------------
 
     def seq2seq_example(self, src, tgt, rng):
-        """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target tokens masked with target_mask_prob."""
+        """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target tokens masked with
+        target_mask_prob."""
         if len(tgt) + 3 > self.max_len:
             warn_once(f"unilm: a target is longer than max_len={self.max_len} - 3; truncated")
             tgt = tgt[:self.max_len - 3]
         if len(src) + len(tgt) + 3 > self.max_len:
-            warn_once(f"unilm: a source + target is longer than max_len={self.max_len}; source truncated")
+            warn_once(f"unilm: a source + target is longer than max_len={self.max_len}; "
+                      "source truncated")
             src = src[:self.max_len - 3 - len(tgt)]
         sos, eos = self.tok.sos_id, self.tok.eos_id
         tokens = [sos] + list(src) + [eos] + list(tgt) + [eos]
@@ -215,7 +257,7 @@ class UniLMObjective(Objective):
     def collate(self, rows, lm_type=LM_TYPES.index("seq2seq")):
         return super().collate(rows, lm_type=lm_type)
 
-    # --- the loss -------------------------------------------------------------------------------------------------
+    # --- the loss ---------------------------------------------------------------------------------
 
     def loss(self, model, batch):
         loss, metrics = super().loss(model, batch)
@@ -223,17 +265,19 @@ class UniLMObjective(Objective):
         return loss, metrics
 
     def compute_loss(self, model, batch):
-        """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward pass."""
-        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)      # (B, L, d)
+        """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward
+        pass."""
+        h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
         loss_mlm, acc = lm_loss(model, h, batch.labels, self.label_smoothing)
         loss = loss_mlm
         metrics = {"loss_mlm": loss_mlm.detach(), "acc_mlm": acc}
         if "nsp_labels" in batch.extras:
-            nsp_logits = model.nsp_logits(h[:, 0]).float()                                      # (B, 2) at [SOS]
+            nsp_logits = model.nsp_logits(h[:, 0]).float()          # (B, 2) at [SOS]
             loss_nsp = F.cross_entropy(nsp_logits, batch.extras["nsp_labels"])
             loss = loss + loss_nsp
             metrics["loss_nsp"] = loss_nsp.detach()
-            metrics["acc_nsp"] = (nsp_logits.argmax(-1) == batch.extras["nsp_labels"]).float().mean()
+            nsp_correct = nsp_logits.argmax(-1) == batch.extras["nsp_labels"]
+            metrics["acc_nsp"] = nsp_correct.float().mean()
         metrics["loss"] = loss.detach()
         return loss, metrics
 
