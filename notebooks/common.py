@@ -76,5 +76,5 @@ def heatmap(ax, matrix, rows=None, cols=None, title=None, cmap="Blues", vmax=Non
 
 if __name__ == "__main__":
     # every checkpoint the notebooks use, built once (CI runs this before timing the notebooks)
-    for name in ("pmlm", "palm", "ernie_gen"):
+    for name in ("palm", "ernie_gen"):
         print(f"{name}: {tiny_checkpoint(name, 'seq2seq', quiet=False)}", flush=True)
