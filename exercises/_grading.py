@@ -11,11 +11,10 @@ import importlib
 import inspect
 import os
 
-import pytest
 import torch
 
 import model as M
-from objectives import Batch, leakage, pad
+from objectives import Batch, pad
 from objectives.masks import CTX, ORIG, PAD, PSEUDO, SPAN
 
 REFERENCE = os.environ.get("UNIGEN_REFERENCE", "") not in ("", "0")

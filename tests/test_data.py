@@ -7,7 +7,6 @@ import itertools
 import json
 import random
 import sys
-import zlib
 
 import numpy as np
 import pytest

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import evaluate
-import generate
 import train
 from tests.test_train import TINY
 

@@ -3,7 +3,6 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import model as M
 from objectives import get_objective, masks
