@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data                                         # noqa: E402
 import model as M                                   # noqa: E402
 from objectives import get_objective                # noqa: E402
-from bench.bench_generate import synthetic_tokenizer  # noqa: E402,F401  (check_cuda.py takes it from here)
 from tokenizer import SPECIAL_TOKENS                # noqa: E402
 
 RUNS = [("unilm", {}, "unilm"), ("pmlm", {}, "pmlm"), ("ernie_gen", {}, "ernie_gen"),

@@ -19,7 +19,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model as M                                              # noqa: E402
-from bench.bench_train import passages, synthetic_tokenizer   # noqa: E402
+from bench.bench_generate import synthetic_tokenizer         # noqa: E402
+from bench.bench_train import passages                        # noqa: E402
 from generate import generate                                  # noqa: E402
 from objectives import get_objective                           # noqa: E402
 from objectives.masks import PAD                               # noqa: E402

@@ -94,20 +94,20 @@ class Batch:
         device."""
         return masks.MaskSpec(self.kind, self.block)
 
+    def to(self, device):
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
     def pin_memory(self):
         """For a DataLoader's pin_memory (batches built in worker processes, copied to the GPU
         asynchronously)."""
-        pin = lambda t: t.pin_memory() if torch.is_tensor(t) else t
-        names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
-        tensors = [pin(getattr(self, k)) for k in names]
-        extras = {k: pin(v) for k, v in self.extras.items()}
-        return Batch(*tensors, extras)
+        return self._map(lambda t: t.pin_memory())
 
-    def to(self, device):
-        move = lambda t: t.to(device, non_blocking=True) if torch.is_tensor(t) else t
+    def _map(self, fn):
+        """A new Batch with fn applied to every tensor (extras included)."""
+        apply = lambda t: fn(t) if torch.is_tensor(t) else t
         names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
-        tensors = [move(getattr(self, k)) for k in names]
-        extras = {k: move(v) for k, v in self.extras.items()}
+        tensors = [apply(getattr(self, k)) for k in names]
+        extras = {k: apply(v) for k, v in self.extras.items()}
         return Batch(*tensors, extras)
 
     def __len__(self):
@@ -220,6 +220,20 @@ class Objective:
 
     def seq2seq_example(self, src, tgt, rng):
         raise NotImplementedError
+
+    def fit_pair(self, src, tgt):
+        """Fit a seq2seq pair in max_len positions beside three special tokens ([SOS] src [EOS] tgt
+        and one more: UniLM's and ERNIE-GEN's final [EOS], PALM's and MASS's second [SOS]). A target
+        that cannot fit alone is cut; then the source gives way, cut from the right."""
+        room = self.max_len - 3
+        if len(tgt) > room:
+            warn_once(f"{self.name}: a target is longer than max_len - 3 = {room}; truncated")
+            tgt = tgt[:room]
+        if len(src) + len(tgt) > room:
+            warn_once(f"{self.name}: a source + target is longer than max_len={self.max_len}; "
+                      "source truncated")
+            src = src[:room - len(tgt)]
+        return list(src), list(tgt)
 
     def make_batch(self, examples, rng):
         """Pretrain passages or seq2seq (src, tgt) pairs -> Batch (skipped examples left out)."""

@@ -442,16 +442,7 @@ class ErnieGenObjective(Objective):
         return self.layout(src_ids, src_pos, tgt_ids, noised, tgt_pos, spans)
 
     def seq2seq_example(self, src, tgt, rng):
-        src = [int(t) for t in src]
-        tgt = [int(t) for t in tgt]
-        if len(tgt) > self.max_len - 3:
-            warn_once(f"ernie_gen: a target is longer than max_len={self.max_len} - 3; truncated")
-            tgt = tgt[:self.max_len - 3]
-        room = self.max_len - 3 - len(tgt)
-        if len(src) > room:
-            warn_once(f"ernie_gen: a source + target is longer than max_len={self.max_len}; "
-                      "source truncated")
-            src = src[:room]
+        src, tgt = self.fit_pair([int(t) for t in src], [int(t) for t in tgt])
         S = len(src) + 2        # [SOS] src [EOS]
         m = len(tgt) + 1        # tgt [EOS]
         target = tgt + [self.tok.eos_id]

@@ -129,16 +129,7 @@ class MassObjective(Objective):
     def seq2seq_example(self, src, tgt, rng):
         """(src_ids, tgt_ids) -> [SOS] src [EOS] | [SOS] y: generate.py's loop without a query
         token."""
-        src = [int(t) for t in src]
-        tgt = [int(t) for t in tgt]
-        # the target alone does not fit beside [SOS] [EOS] [SOS]
-        if len(tgt) + 3 > self.max_len:
-            warn_once(f"mass: a target is longer than max_len - 3 = {self.max_len - 3}; truncated")
-            tgt = tgt[:self.max_len - 3]
-        if len(src) + len(tgt) + 3 > self.max_len:
-            warn_once(f"mass: a source + target pair is longer than max_len={self.max_len}; "
-                      "source truncated")
-            src = src[:self.max_len - 3 - len(tgt)]
+        src, tgt = self.fit_pair([int(t) for t in src], [int(t) for t in tgt])
         sos, eos = self.tok.sos_id, self.tok.eos_id
         S = len(src) + 2        # [SOS] src [EOS]
         T = len(tgt) + 1        # [SOS] y

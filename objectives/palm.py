@@ -202,15 +202,8 @@ class PalmObjective(Objective):
         if not tgt:
             self.count_skip("empty target")
             return None
-        # the target alone does not fit next to [SOS] [EOS] [SOS]
-        if len(tgt) + 3 > self.max_len:
-            warn_once(f"palm: a target is longer than max_len - 3 = {self.max_len - 3}; truncated")
-            tgt = tgt[:self.max_len - 3]
-        if len(src) + len(tgt) + 3 > self.max_len:
-            warn_once(f"palm: a source + target pair is longer than max_len={self.max_len}; "
-                      "source truncated")
-            src = src[:self.max_len - 3 - len(tgt)]
-        return self._example(list(src), [-100] * len(src), list(tgt))
+        src, tgt = self.fit_pair(src, tgt)
+        return self._example(src, [-100] * len(src), tgt)
 
     def _example(self, ctx, ctx_labels, cont):
         """[SOS] ctx [EOS] (context, bidirectional), then [SOS] y (the continuation, causal) unless

@@ -239,15 +239,9 @@ class UniLMObjective(Objective):
     def seq2seq_example(self, src, tgt, rng):
         """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target tokens masked with
         target_mask_prob."""
-        if len(tgt) + 3 > self.max_len:
-            warn_once(f"unilm: a target is longer than max_len={self.max_len} - 3; truncated")
-            tgt = tgt[:self.max_len - 3]
-        if len(src) + len(tgt) + 3 > self.max_len:
-            warn_once(f"unilm: a source + target is longer than max_len={self.max_len}; "
-                      "source truncated")
-            src = src[:self.max_len - 3 - len(tgt)]
+        src, tgt = self.fit_pair(src, tgt)
         sos, eos = self.tok.sos_id, self.tok.eos_id
-        tokens = [sos] + list(src) + [eos] + list(tgt) + [eos]
+        tokens = [sos] + src + [eos] + tgt + [eos]
         n_src = len(src) + 2
         # the target tokens and its final [EOS] (2.5); the source is never masked
         candidates = list(range(n_src, len(tokens)))
