@@ -21,6 +21,15 @@ predicts y_t. The cached decoder runs only the columns not yet in the cache; `us
 mask: the reference the tests hold the cache to. Sources of different lengths are right-padded;
 each row's target starts at its own S_b and padding keys are never attended.
 
+Static shapes and CUDA graphs: at base size a step launches several hundred small kernels, and on
+a GPU their launch cost, not the GPU work, is the step's time. By default (cuda_graph=None) the
+cache runs in full-capacity mode (FullCapacityKVCache): new keys and values are written at a fill
+index held on the device and every layer attends to the whole buffer, the mask hiding the slots
+not written yet, so every step has the same shapes; on CUDA the step (the blocks and
+decode_logprobs) is then captured once as a CUDA graph and replayed (GraphedStep), elsewhere it
+runs eagerly with the same numbers. Beam reorders and the search stay outside the graph.
+cuda_graph=False (--no_cuda_graph) runs StaticKVCache's growing views eagerly.
+
 Beam search runs a flattened (sources x beams) batch: each step adds the log-probabilities of
 every one-token extension to its beam's total, keeps the top 2K per source, puts those ending in
 [EOS] aside as finished (score = total / GNMT length penalty ((5 + len) / 6)^alpha, Wu et al.
@@ -48,6 +57,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 import model as M
@@ -88,16 +98,21 @@ class StaticKVCache(M.KVCache):
     def __len__(self):
         return self.n
 
-    def layer(self, i, k_new, v_new):
+    def buffers(self, i, k_new):
+        """Layer i's key and value buffers (N, H, capacity, D), made at its first forward."""
         if self.k[i] is None:
             shape = (*k_new.shape[:2], self.capacity, k_new.size(3))
             self.k[i] = k_new.new_zeros(shape)
             self.v[i] = k_new.new_zeros(shape)
+        return self.k[i], self.v[i]
+
+    def layer(self, i, k_new, v_new):
+        k, v = self.buffers(i, k_new)
         end = self.n + k_new.size(2)
         # written in place, uncommitted until commit()
-        self.k[i][:, :, self.n:end] = k_new
-        self.v[i][:, :, self.n:end] = v_new
-        return self.k[i][:, :, :end], self.v[i][:, :, :end]        # (N, H, Lc + L, D) views
+        k[:, :, self.n:end] = k_new
+        v[:, :, self.n:end] = v_new
+        return k[:, :, :end], v[:, :, :end]                        # (N, H, Lc + L, D) views
 
     def commit(self, n):
         if self.pos_buf is None:
@@ -119,11 +134,93 @@ class StaticKVCache(M.KVCache):
         self.pos = self.pos_buf[:, :self.n]
 
 
+class FullCapacityKVCache(StaticKVCache):
+    """StaticKVCache in full-capacity mode: every decoding step has the same shapes, which a CUDA
+    graph needs (GraphedStep).
+
+    The new keys, values and positions are written at the fill index, a DEVICE tensor that commit()
+    advances in place, and every layer attends to the WHOLE (N, H, capacity, D) buffer: the
+    decoder's mask (N, L, capacity) hides the slots not written yet. Nothing a step runs reads a
+    Python number that changes from step to step; `n` is the same count on the host, for the
+    bookkeeping outside the step (len, beam reorders).
+    """
+
+    def __init__(self, n_layer, capacity, n_src, device):
+        super().__init__(n_layer, capacity, n_src)
+        self.fill = torch.zeros((), dtype=torch.long, device=device)
+        self.slots = None
+
+    def key_positions(self, position_ids):
+        """Write the new tokens' positions (N, L) at their slots -> every slot's position
+        (N, capacity)."""
+        if self.pos_buf is None:
+            self.pos_buf = position_ids.new_zeros(position_ids.size(0), self.capacity)
+        # this forward's slots: fill, fill + 1, ... (encode calls this once, before the layers)
+        self.slots = self.fill + torch.arange(position_ids.size(1), device=position_ids.device)
+        self.pos_buf.index_copy_(1, self.slots, position_ids)
+        return self.pos_buf
+
+    def layer(self, i, k_new, v_new):
+        k, v = self.buffers(i, k_new)
+        # written in place, uncommitted until commit()
+        k.index_copy_(2, self.slots, k_new)
+        v.index_copy_(2, self.slots, v_new)
+        return k, v                                                # (N, H, capacity, D)
+
+    def commit(self, n):
+        # keys, values and positions are already in place; a dropped query's slot is overwritten
+        # by the next step
+        self.n += n
+        self.fill += n
+
+
+class GraphedStep:
+    """fn(*inputs) -> tensor, recorded once as a CUDA graph and replayed: one launch for a whole
+    decoding step instead of one per kernel (at base size several hundred kernels, whose launches
+    cost the CPU milliseconds for well under a millisecond of GPU work).
+
+    torch.cuda.graph's documented pattern: fn runs once on a side stream first (cuBLAS handles,
+    autotuning, torch.compile happen outside the capture), then it is captured on static copies of
+    the inputs. A call copies its inputs into them, replays, and returns a copy of the static
+    output; fn's writes into the cache replay too. The graph holds the addresses of every tensor fn
+    reads or writes: it is valid only while none of them is reallocated (Decoder.reorder).
+    """
+
+    def __init__(self, fn, *inputs):
+        with torch.cuda.device(inputs[0].device):
+            self.inputs = [x.clone() for x in inputs]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn(*self.inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=side):
+                self.output = fn(*self.inputs)
+
+    def __call__(self, *inputs):
+        for static, x in zip(self.inputs, inputs):
+            static.copy_(x)
+        self.graph.replay()
+        return self.output.clone()
+
+
+def step_mode(cuda_graph, use_cache, device):
+    """generate's cuda_graph option -> (static shapes?, replayed as a CUDA graph?). None: static
+    shapes, replayed on CUDA and run eagerly elsewhere; True: the same, and a ValueError where no
+    graph can run; False: StaticKVCache's growing views, eagerly."""
+    if cuda_graph and (device.type != "cuda" or not use_cache):
+        raise ValueError(f"cuda_graph=True needs the KV cache on a CUDA device (here: "
+                         f"{device.type}, use_cache={use_cache}); None uses it where it can run")
+    static = use_cache and cuda_graph is not False
+    return static, static and device.type == "cuda"
+
+
 class Decoder:
     """Decoding state of N rows (sources x beams): src_ids (N, S) right-padded, src_len (N,),
-    tgt (N, t) so far."""
+    tgt (N, t) so far. cuda_graph: generate's option (step_mode)."""
 
-    def __init__(self, model, objective, sources, max_len, use_cache=True):
+    def __init__(self, model, objective, sources, max_len, use_cache=True, cuda_graph=None):
         tok = objective.tok
         self.model = model
         self.objective = objective
@@ -132,6 +229,8 @@ class Decoder:
         self.query = None if query is None else tok.token_to_id(query)
         self.sos = tok.sos_id
         device = next(model.parameters()).device
+        self.static, self.graphed = step_mode(cuda_graph, use_cache, device)
+        self.graph = None                      # the GraphedStep, captured at the first graphed step
         src = [[tok.sos_id] + list(s) + [tok.eos_id] for s in sources]
         self.src_ids = pad(src, tok.pad_id).to(device)                          # (N, S)
         self.src_len = torch.tensor([len(s) for s in src], device=device)      # (N,)  S_b
@@ -141,9 +240,17 @@ class Decoder:
         self.source = None
         if use_cache:
             # room for the source, max_len target tokens and the query
-            self.cache = StaticKVCache(model.config.n_layer, self.S + max_len + 1, self.S)
+            capacity = self.S + max_len + 1
+            n_layer = model.config.n_layer
+            ids, pos, seg, mask = self._inputs(0, with_target=False)
+            if self.static:
+                self.cache = FullCapacityKVCache(n_layer, capacity, self.S, device)
+                # the layers attend to the whole buffer: the target slots stay hidden
+                mask = F.pad(mask, (0, capacity - self.S))
+            else:
+                self.cache = StaticKVCache(n_layer, capacity, self.S)
             # encode the source once; its keys and values stay in the cache
-            h = model(*self._inputs(0, with_target=False), cache=self.cache)
+            h = model(ids, pos, seg, mask, cache=self.cache)
             self.cache.commit(self.S)
             self.source = self._source_extras(h)
 
@@ -185,6 +292,8 @@ class Decoder:
     @torch.no_grad()
     def logprobs(self):
         """Run this step's new columns -> log-probabilities (N, V) of the next token y_t."""
+        if self.static:
+            return self._static_logprobs()
         # without a cache every column runs again
         start = len(self.cache) if self.cache is not None else 0
         h = self.model(*self._inputs(start), cache=self.cache)                 # (N, n_new, d)
@@ -193,6 +302,42 @@ class Decoder:
         elif (n := h.size(1) - (self.query is not None)) > 0:
             # y_{t-1} joins the cache; the query token is dropped
             self.cache.commit(n)
+        return self.objective.decode_logprobs(self.model, h[:, -1], self.source)
+
+    def _static_logprobs(self):
+        """logprobs() with static shapes: the new columns' inputs are built from the cache's fill
+        index, src_len and the last tokens, not from the whole sequence; _static_step runs them,
+        replayed as a CUDA graph from the second step on where self.graphed."""
+        # the target columns not in the cache yet: [y_{t-1}, query] ([query] alone at t = 0), or
+        # [y_{t-1}] ([SOS] at t = 0)
+        ids = self._target_part()[:, len(self.cache) - self.S:]                # (N, n_new)
+        cols = self.cache.fill + torch.arange(ids.size(1), device=ids.device)  # (n_new,) slots
+        # each row's target starts right after its own source: positions S_b, S_b + 1, ...
+        pos = self.src_len[:, None] + (cols - self.S)                           # (N, n_new)
+        # embedded outside the graph: embed checks the positions against max_position, which
+        # reads the GPU (a capture cannot)
+        x = self.model.embed(ids, pos, torch.full_like(ids, self.seg_tgt))
+        # t = 0 runs eagerly: with a query token it has one column fewer than the later steps
+        if self.graphed and self.tgt.size(1) > 0:
+            if self.graph is None:
+                self.graph = GraphedStep(self._static_step, x, pos, cols)
+            logp = self.graph(x, pos, cols)
+        else:
+            logp = self._static_step(x, pos, cols)
+        # y_{t-1} joins the cache; the query token is dropped
+        self.cache.commit(ids.size(1) - (self.query is not None))
+        return logp
+
+    def _static_step(self, x, pos, cols):
+        """The blocks over the embedded new columns x (N, n_new, d) at positions pos (N, n_new) and
+        cache slots cols (n_new,), attending to the whole cache, then decode_logprobs -> (N, V).
+        Every shape is the same at every step (GraphedStep records this)."""
+        j = torch.arange(self.cache.capacity, device=x.device)                 # key slots
+        # slot j: a real source token, or a target slot up to the column's own (later ones are not
+        # written yet); every column sees its own slot, so encode's padding for dead rows never
+        # applies
+        mask = (j < self.src_len[:, None, None]) | ((j >= self.S) & (j <= cols[:, None]))
+        h = self.model.encode(x, pos, mask, self.cache)                         # (N, n_new, d)
         return self.objective.decode_logprobs(self.model, h[:, -1], self.source)
 
     def append(self, tokens):
@@ -210,6 +355,15 @@ class Decoder:
         self.src_len = self.src_len.index_select(0, index)
         if self.source is not None:
             self.source = {k: v.index_select(0, index) for k, v in self.source.items()}
+        if self.graph is not None:
+            # Sources finished: the cache was reallocated under the graph, so the graph goes and
+            # the step runs eagerly (the same numbers) from here on. Rows only ever leave, so a
+            # graph is never replayed once its rows change (a dict of graphs by N would never be
+            # hit), and a new graph per set of rows costs a warm-up step plus a capture, a few
+            # eager steps, at every change: a loss when sources finish a step or two apart.
+            # Eagerly, a batch costs at most one capture. (min_len = max_len keeps every row.)
+            self.graph = None
+            self.graphed = False
 
 
 def block(logp, tgt, step, eos, min_len, banned, no_repeat_ngram, ignore):
@@ -351,12 +505,14 @@ def max_source_len(model, max_len):
 @torch.no_grad()
 def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, length_penalty=1.0,
              no_repeat_ngram=3, ignore_ids=None, n_best=1, use_cache=True, batch_size=32,
-             progress=False):
+             progress=False, cuda_graph=None):
     """Decode token-id sources -> for each, up to n_best (token_ids, score) pairs, best first.
 
     token_ids exclude the final [EOS]; score = sum of log-probs / ((5 + len) / 6)^length_penalty.
     beam_size 1 is greedy search. Sources too long for model.config.max_position are truncated
-    (from the right) with a warning.
+    (from the right) with a warning. cuda_graph (with the cache): None runs every step with
+    static shapes, replayed as a CUDA graph on CUDA and eagerly elsewhere; True insists on the
+    graph (a ValueError without CUDA or cache); False runs the cache of growing views eagerly.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
@@ -372,6 +528,8 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
                       f"{model.config.max_position} - max_len {max_len} - 2) truncated",
                       stacklevel=2)
     device = next(model.parameters()).device
+    # a cuda_graph that cannot run fails here, before any work
+    step_mode(cuda_graph, use_cache, device)
     rules = decoding_rules(objective.tok, min_len, no_repeat_ngram, ignore_ids, device)
     was_training = model.training
     model.eval()
@@ -382,7 +540,7 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         dec = Decoder(model, objective, [list(sources[i])[:limit] for i in chunk], max_len,
-                      use_cache)
+                      use_cache, cuda_graph)
         if beam_size == 1:
             out = greedy(dec, max_len, length_penalty, rules)
         else:
@@ -406,16 +564,16 @@ def generate_text(model, tokenizer, objective, texts, **kwargs):
 
 
 @torch.no_grad()
-def score_targets(model, objective, sources, targets, use_cache=True):
+def score_targets(model, objective, sources, targets, use_cache=True, cuda_graph=None):
     """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each given
-    target (N lists).
+    target (N lists); use_cache and cuda_graph as in generate.
 
     Targets are forced exactly as given (add the final [EOS] yourself to score it). Tests compare
     these scores with the fine-tuning batch's log-probs: a layout mismatch between training and
     decoding shows up here.
     """
     forced = pad(targets, objective.tok.eos_id)                                # (N, T)
-    dec = Decoder(model, objective, sources, forced.size(1), use_cache)
+    dec = Decoder(model, objective, sources, forced.size(1), use_cache, cuda_graph)
     forced = forced.to(dec.src_ids.device)
     steps = []
     for t in range(forced.size(1)):
@@ -540,6 +698,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--no_cache", action="store_true",
                    help="recompute every token at every step (the reference)")
+    p.add_argument("--no_cuda_graph", action="store_true",
+                   help="run the cached step eagerly on growing views (by default every step has "
+                        "static shapes and is replayed as a CUDA graph on a GPU)")
     return p.parse_args(argv)
 
 
@@ -562,7 +723,8 @@ def run(args):
                         beam_size=args.beam, max_len=args.max_len, min_len=args.min_len,
                         length_penalty=args.length_penalty, no_repeat_ngram=args.no_repeat_ngram,
                         n_best=args.n_best, use_cache=not args.no_cache,
-                        batch_size=args.batch_size, progress=True)
+                        batch_size=args.batch_size, progress=True,
+                        cuda_graph=False if args.no_cuda_graph else None)
     lines = [""] * len(texts)
     for i, h in zip(keep, hyps):
         decoded = [(tok.decode(ids, skip_special=True), s) for ids, s in h]

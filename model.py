@@ -116,7 +116,7 @@ def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
     if impl == "naive":
         return naive_attention(q, k, v, mask, bias, dropout_p)
     if impl == "flex":
-        score_mod = bias.score_mod(q.dtype) if bias is not None else None
+        score_mod = bias.score_mod() if bias is not None else None
         return flex_attention()(q, k, v, score_mod=score_mod, block_mask=mask)
     # sdpa takes either the boolean mask (broadcast over heads) or the float bias-with-mask
     m = mask[:, None] if bias is None else bias.to(q.dtype)            # (B, 1 or H, Lq, Lk)
@@ -180,6 +180,52 @@ def relative_position_bucket(relative_position, num_buckets=32, max_distance=128
     return bucket + torch.where(n < max_exact, n, large)
 
 
+def compute_dtype(device):
+    """The dtype autocast computes in on `device` (float32 without autocast)."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return torch.float32
+
+
+class BucketBias(torch.autograd.Function):
+    """bias[b, h, i, j] = table[bucket[b, i, j], h], with a backward made for a GPU.
+
+    The plain lookup's backward adds B * Lq * Lk gradient rows into a 32-row table one by one
+    (atomic adds on 32 x H addresses: 12 ms a step for UniLMv2 at base size on an H100, measured
+    by bench/profile_step.py). Here the sum per bucket is a matrix product with a one-hot matrix,
+    in chunks of rows so the GPU has work for every core:
+        d table[k, h] = sum_{b, i, j} [bucket[b, i, j] = k] * g[b, h, i, j]
+    The bias comes out in `dtype` (the attention's compute dtype), (B, H, Lq, Lk), contiguous.
+    """
+
+    @staticmethod
+    def forward(ctx, table, buckets, dtype):
+        ctx.save_for_backward(buckets)
+        ctx.n_buckets = table.size(0)
+        ctx.table_dtype = table.dtype
+        bias = F.embedding(buckets, table.to(dtype))                    # (B, Lq, Lk, H)
+        return bias.permute(0, 3, 1, 2).contiguous()                    # (B, H, Lq, Lk)
+
+    @staticmethod
+    def backward(ctx, g):
+        buckets, = ctx.saved_tensors
+        B, H, Lq, Lk = g.shape
+        # chunks of `rows` query rows: B * Lq / rows independent products
+        rows = next(r for r in (64, 32, 16, 8, 4, 2, 1) if Lq % r == 0)
+        n = B * Lq // rows
+        g = g.reshape(B, H, Lq // rows, rows * Lk).transpose(1, 2).reshape(n, H, rows * Lk)
+        kinds = torch.arange(ctx.n_buckets, device=g.device)
+        onehot = (buckets.reshape(n, rows * Lk, 1) == kinds).to(g.dtype)  # (n, rows * Lk, K)
+        # accumulated in fp32 (at least): inside each product and across the chunks
+        acc = torch.promote_types(g.dtype, torch.float32)
+        if g.is_cuda and g.dtype != acc:
+            part = torch.bmm(g, onehot, out_dtype=acc)                  # (n, H, K), bf16 in
+        else:
+            part = torch.bmm(g, onehot).to(acc)
+        grad = part.sum(0)                                              # (H, K)
+        return grad.t().to(ctx.table_dtype), None, None
+
+
 class RelativePositionBias(nn.Module):
     def __init__(self, num_buckets, max_distance, n_head, max_position):
         super().__init__()
@@ -201,6 +247,9 @@ class RelativePositionBias(nn.Module):
         """
         rel = k_pos[:, None, :] - q_pos[:, :, None]                     # (B, Lq, Lk)
         buckets = self.distance_bucket[rel + self.offset]               # (B, Lq, Lk)
+        if buckets.is_cuda:
+            # the fast way on a GPU, beside the plain one below (same numbers; tests/test_model.py)
+            return BucketBias.apply(self.table.weight, buckets, compute_dtype(buckets.device))
         # the table's rows by index_select: the same numbers as self.table(buckets), and its
         # backward (an index_add into a 32-row table) is 3.5x faster on a CPU than the embedding's
         # (measured: 15 vs 51 ms for a 32 x 168 x 168 batch)
@@ -219,18 +268,28 @@ class FlexBias(NamedTuple):
     """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a
     time inside the kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned
     table through by_distance. Plain tensors, so that a compiled block receives data and makes the
-    score_mod itself."""
+    score_mod itself.
+
+    FlexAttention's backward adds the bias's gradient into the table it reads, atomically, one add
+    per (query, key, head). Read from one (2P - 1, H) table, the queries of a tile all add into the
+    same few addresses and wait for each other (a pmlm step took 200 ms on an H100, against 61 ms
+    without the bias); the score_mod reads copy q % COPIES of the table instead, in fp32, and the
+    copies' gradients are summed by expand's backward (127 ms; bench/profile_step.py).
+    """
     by_distance: torch.Tensor     # (2P - 1, H): the bias of each distance -(P-1) .. P-1
     position_ids: torch.Tensor    # (B, L)
     offset: int                   # P - 1
+    COPIES = 128                  # one per query of a 128-row tile
 
-    def score_mod(self, dtype):
-        by_distance = self.by_distance.to(dtype)
+    def score_mod(self):
         pos = self.position_ids
         offset = self.offset
+        copies = self.COPIES
+        table = self.by_distance.float()[None].expand(copies, *self.by_distance.shape)
+        table = table.contiguous()                                     # (COPIES, 2P - 1, H)
 
         def mod(score, b, h, q, k):
-            return score + by_distance[pos[b, k] - pos[b, q] + offset, h]
+            return score + table[q % copies, pos[b, k] - pos[b, q] + offset, h]
         return mod
 
 
@@ -256,6 +315,15 @@ class KVCache:
 
     def __len__(self):
         return 0 if self.pos is None else self.pos.size(1)
+
+    def key_positions(self, position_ids):
+        """Position ids (B, Lc + L) of the keys a forward attends to (for the relative bias): the
+        cached tokens' followed by the new ones, position_ids (B, L). Called once per forward, before
+        the layers."""
+        self.pending_pos = position_ids
+        if not len(self):
+            return position_ids
+        return torch.cat([self.pos, position_ids], dim=1)
 
     def layer(self, i, k_new, v_new):
         """Keys/values layer i attends to: cached ones followed by the new ones."""
@@ -500,7 +568,10 @@ class Transformer(nn.Module):
 
     def embed(self, input_ids, position_ids, segment_ids):
         """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
-        if position_ids.max() >= self.config.max_position:
+        # a clear error for too long an input where the check is free; on a GPU it would wait for
+        # the GPU at every forward (train.py and generate.py truncate; a bad id there stops
+        # the embedding's own bounds check)
+        if not position_ids.is_cuda and position_ids.max() >= self.config.max_position:
             raise ValueError(f"position id {int(position_ids.max())} >= max_position "
                              f"{self.config.max_position}; truncate the input (train.py does) "
                              "or use a config with more positions")
@@ -527,11 +598,7 @@ class Transformer(nn.Module):
         eye = torch.eye(x.size(1), dtype=torch.bool, device=x.device)  # (L, L)
         eye = F.pad(eye, (n_cached, 0))                                # (L, Lc + L)
         attn_mask = attn_mask | (eye[None] & dead[..., None])
-        k_pos = position_ids
-        if cache is not None:
-            cache.pending_pos = position_ids
-            if len(cache):
-                k_pos = torch.cat([cache.pos, position_ids], dim=1)
+        k_pos = position_ids if cache is None else cache.key_positions(position_ids)
         bias = None
         if self.rel_bias is not None:
             # computed once and shared by every layer (UniLMv2 4.1); -inf where the mask forbids,
@@ -568,6 +635,10 @@ class Transformer(nn.Module):
         """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
         compilation serves them all, in a fraction of the time of compiling the whole model;
         embeddings and heads stay eager."""
+        # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
+        # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
+        # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
         for block in self.blocks:
             block.compile(dynamic=False)
         return self

@@ -778,7 +778,8 @@ def show_fills(run, autocast, n_tokens=48):
     example = fills_example(run.splits["valid"], tok)
     if run.cfg.task == "seq2seq":
         from generate import generate
-        hyp = generate(model, obj, [example[0]], beam_size=1, max_len=32)[0][0][0]
+        # eagerly: capturing a CUDA graph for one short sample mid-training costs more than it saves
+        hyp = generate(model, obj, [example[0]], beam_size=1, max_len=32, cuda_graph=False)[0][0][0]
         return (f"  source: {tok.decode(example[0][:n_tokens])} ...\n  model:  {tok.decode(hyp)}\n"
                 f"  answer: {tok.decode(example[1])}")
     batch = obj.make_batch([example], random.Random("fills")).to(run.dist.device)

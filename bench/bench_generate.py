@@ -1,4 +1,5 @@
-"""Decoding speed: generate.py with the KV cache vs without it, and Hugging Face BART-base, same shapes.
+"""Decoding speed: generate.py with the KV cache (replayed as CUDA graphs, or eager) vs without it, and Hugging Face
+BART-base, same shapes.
 
 Setting (the issue's): the BASE preset (12 layers, 768 wide, vocab 30522), batch 32, 512-token sources, exactly 64 new
 tokens (min_len = max_len = 64), beam 5, trigram blocking. Hugging Face `BartForConditionalGeneration(BartConfig())`
@@ -6,10 +7,15 @@ tokens (min_len = max_len = 64), beam 5, trigram blocking. Hugging Face `BartFor
 no_repeat_ngram_size 3, min_new_tokens = max_new_tokens = 64. On CUDA both run with bf16 weights. Each row: one
 warm-up call, then the median of --repeats timed calls (torch.cuda.synchronize around each). Random weights are
 fine: with [EOS] blocked until the last token, the work per call does not depend on what is generated.
+Our rows: "KV cache + CUDA graph" (generate(cuda_graph=True): static shapes, each step replayed as a CUDA graph; every
+call captures its graph, so that cost is in the time), "KV cache" (cuda_graph=False: the eager cache of growing views),
+"no cache" (recomputation). Without CUDA (--tiny on a CPU) the first is "KV cache, static shapes, eager": the same
+static step, run eagerly.
 
 Run:  python bench/bench_generate.py                  # on a GPU; prints a markdown table, writes $OUT/*.json
       python bench/bench_generate.py --tiny           # a seconds-long CPU smoke run of the same code
-Goals (the issue): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s.
+Goals (the issue): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s; the CUDA graph removes the launch
+overhead that dominates the eager cached step.
 Left out: quality (random weights), sampling, batch-size sweeps (pass --batch), torch.compile.
 """
 import argparse
@@ -54,7 +60,14 @@ def timed(fn, repeats, device):
     return statistics.median(times), times, out
 
 
-def bench_ours(args, device, dtype, name, use_cache):
+def label(use_cache, cuda_graph):
+    """A row's name: what ran (cuda_graph None runs the static step eagerly, where no graph can run)."""
+    if not use_cache:
+        return "no cache"
+    return {True: "KV cache + CUDA graph", None: "KV cache, static shapes, eager", False: "KV cache"}[cuda_graph]
+
+
+def bench_ours(args, device, dtype, name, use_cache, cuda_graph):
     tok = synthetic_tokenizer(args.vocab)
     obj = get_objective(name, tok, task="seq2seq")
     cfg = dict(M.PRESETS[args.preset], vocab_size=args.vocab, dropout=0.0)
@@ -67,11 +80,12 @@ def bench_ours(args, device, dtype, name, use_cache):
     sources = [[rng.randrange(len(SPECIAL_TOKENS) + 1, args.vocab) for _ in range(args.src_len - 2)]
                for _ in range(args.batch)]
     run = lambda: G.generate(model, obj, sources, beam_size=args.beam, max_len=args.new_tokens,
-                             min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch)
+                             min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch,
+                             cuda_graph=cuda_graph)
     median, times, out = timed(run, args.repeats, device)
     lengths = {len(h[0][0]) for h in out}
     assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"
-    return dict(system=f"unigen {name} ({'KV cache' if use_cache else 'no cache'})", seconds=median, times=times,
+    return dict(system=f"unigen {name} ({label(use_cache, cuda_graph)})", seconds=median, times=times,
                 sentences_per_s=args.batch / median, params=sum(p.numel() for p in model.parameters()))
 
 
@@ -122,9 +136,12 @@ def main():
           f"preset {args.preset}, batch {args.batch}, source {args.src_len}, new tokens {args.new_tokens}, "
           f"beam {args.beam}, repeats {args.repeats}", flush=True)
     rows = []
+    # the graphed cache where CUDA is; elsewhere the same static step, eagerly
+    graphed = True if device.type == "cuda" else None
+    runs = [(True, graphed), (True, False)] + ([] if args.no_nocache else [(False, False)])
     for name in args.objectives.split(","):
-        for use_cache in (True, False)[:1 if args.no_nocache else 2]:
-            rows.append(bench_ours(args, device, dtype, name, use_cache))
+        for use_cache, cuda_graph in runs:
+            rows.append(bench_ours(args, device, dtype, name, use_cache, cuda_graph))
             print(rows[-1]["system"], f"{rows[-1]['seconds']:.3f} s", flush=True)
     bart = None if args.no_bart else bench_bart(args, device, dtype)
     if bart is None:
@@ -135,10 +152,13 @@ def main():
     for name in args.objectives.split(","):
         mine = {r["system"]: r["sentences_per_s"] for r in rows if f" {name} (" in r["system"]}
         cache = mine[f"unigen {name} (KV cache)"]
+        graph = mine[f"unigen {name} ({label(True, graphed)})"]
+        ratios[f"{name}: {label(True, graphed)} / KV cache"] = graph / cache
         if f"unigen {name} (no cache)" in mine:
             ratios[f"{name}: cache / no-cache"] = cache / mine[f"unigen {name} (no cache)"]
         if bart:
             ratios[f"{name}: cache / BART-base"] = cache / bart["sentences_per_s"]
+            ratios[f"{name}: {label(True, graphed)} / BART-base"] = graph / bart["sentences_per_s"]
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "bench_generate.json"
         path.write_text(json.dumps(dict(settings=vars(args), device=str(device), rows=rows, ratios=ratios), indent=1))

@@ -94,13 +94,14 @@ def matmul_peak(device):
     return 2 * 8192 ** 3 / sec
 
 
-def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None):
+def build_step(name, impl, options, tok, examples, args, device, preset=None, batch=None):
+    """A model, its objective, warm-up + timed batches already on the device, and one training step on them."""
     preset = preset or args.preset
     batch_size = batch or args.batch
     obj = get_objective(name, tok, max_len=M.PRESETS[preset]["max_position"], **options)
     obj.set_step(10 ** 9, 10 ** 9)                 # PALM: stage 2 (continuation + copy)
     cfg = M.ModelConfig(**{**M.PRESETS[preset], "vocab_size": len(tok), "dropout": 0.1, "attn_impl": impl,
-                           **obj.model_defaults})
+                           **obj.model_defaults, **getattr(args, "model_overrides", {})})
     torch.manual_seed(0)
     model = M.Transformer(cfg).to(device)
     compiled = device.type == "cuda" and impl != "naive" and not args.eager
@@ -124,14 +125,21 @@ def bench_objective(name, impl, options, label, tok, examples, args, device, pre
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    sec = timed(step, batches, args.warmup, device)
+    return dict(model=model, obj=obj, batches=batches, step=step, compiled=compiled, make_ms=make_ms,
+                batch=batch_size)
+
+
+def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None):
+    s = build_step(name, impl, options, tok, examples, args, device, preset, batch)
+    model, obj, batches = s["model"], s["obj"], s["batches"]
+    sec = timed(s["step"], batches, args.warmup, device)
     rows = sum(b.n_tokens for b in batches[args.warmup:]) / args.steps
     corpus_rows = sum(obj.corpus_tokens(b) for b in batches[args.warmup:]) / args.steps
     b = batches[-1]
     flops = b.n_tokens * model.estimate_flops(b.input_ids.size(1), int((b.labels != -100).sum()) / b.n_tokens)
-    return dict(label=label, impl=impl, compiled=compiled, seq=b.input_ids.size(1), batch=batch_size,
+    return dict(label=label, impl=impl, compiled=s["compiled"], seq=b.input_ids.size(1), batch=s["batch"],
                 tokens_s=rows / sec, corpus_tokens_s=corpus_rows / sec, flops_s=flops * rows / b.n_tokens / sec,
-                step_ms=sec * 1000, make_batch_ms=make_ms, peak_gib=peak_gib(device))
+                step_ms=sec * 1000, make_batch_ms=s["make_ms"], peak_gib=peak_gib(device))
 
 
 def bench_hf(args, device, vocab, compiled):
@@ -232,6 +240,8 @@ def main():
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--eager", action="store_true", help="no compiled blocks")
     ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
+    ap.add_argument("--memory_gib", type=float, default=0,
+                    help="use at most this much GPU memory (80 on an H200: what fits an H100 80GB)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run")
     args = ap.parse_args()
     if args.tiny:
@@ -239,6 +249,10 @@ def main():
         args.impls, args.loop_steps = "naive,sdpa", 40
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    if args.memory_gib and device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_gib * 2**30 / total))
+        name += f" (capped at {args.memory_gib:g} GiB)"
     peak = M.peak_flops(device)
     only = set(args.only.split(",")) - {""}
     tok, examples = corpus(args)

@@ -8,8 +8,10 @@ For every objective's real pre-training batch (base preset shapes, random weight
     relative bias as a score_mod) against the naive path, in fp32 and under bf16 autocast, as ||a - b|| / ||b||;
   - the gradients of every parameter of the same loss, flex and sdpa against naive (fp32);
   - the model with compiled blocks (train.py's default on CUDA) against the eager one;
-and PALM's compiled copy scores against eager ones (values and gradients), and greedy/beam decoding with the KV
-cache against recomputation (tokens identical). Prints a table; exits non-zero if a check fails.
+and PALM's compiled copy scores against eager ones (values and gradients), beam decoding with the KV cache against
+recomputation (tokens identical), and decoding with the step replayed as a CUDA graph against the eager cache (greedy
+and beam 3, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps (the
+graph then gives way to the eager static step). Prints a table; exits non-zero if a check fails.
 """
 import random
 import sys
@@ -72,11 +74,35 @@ def check_objective(name, tok, dev, rows):
     obj_s2s = get_objective(name, tok, task="seq2seq", max_len=512)
     sources = [s[0] for s in passages(4, 100, len(tok), random.Random(1))]
     with torch.no_grad():
-        a = generate(model, obj_s2s, sources, beam_size=3, max_len=16, use_cache=True)
+        a = generate(model, obj_s2s, sources, beam_size=3, max_len=16, cuda_graph=False)
         b = generate(model, obj_s2s, sources, beam_size=3, max_len=16, use_cache=False)
     same = [x[0][0] for x in a] == [x[0][0] for x in b]
     rows.append((name, "beam 3: cache vs no cache (fp32)", "tokens equal" if same else "tokens differ", same))
-    return ok and same
+    return ok and same and check_graph(name, model, obj_s2s, sources, rows)
+
+
+def check_graph(name, model, obj, sources, rows):
+    """Decoding with the step replayed as a CUDA graph (cuda_graph=True) against the eager cache (False): the same
+    tokens and scores within 1e-4, greedy and beam 3; [EOS] bias 2 (the LM bias starts at 0) makes sources finish at
+    different steps, so rows leave the batch and the graph gives way to the eager static step."""
+    ok = True
+    eos = obj.tok.eos_id
+    for bias in (0.0, 2.0):
+        with torch.no_grad():
+            model.lm_bias[eos] = bias
+            for beam in (1, 3):
+                eager = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=False)
+                graphed = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=True)
+                same = [h[0][0] for h in eager] == [h[0][0] for h in graphed]
+                err = max(abs(e[0][1] - g[0][1]) for e, g in zip(eager, graphed))
+                lengths = [len(h[0][0]) for h in graphed]
+                good = same and err < 1e-4
+                ok &= good
+                rows.append((name, f"beam {beam}, [EOS] bias {bias:g}: CUDA graph vs eager cache (fp32)",
+                             f"tokens {'equal' if same else 'differ'}, score error {err:.1e}, lengths {lengths}",
+                             good))
+            model.lm_bias[eos] = 0.0
+    return ok
 
 
 def check_copy_scores(dev, rows):
@@ -96,6 +122,28 @@ def check_copy_scores(dev, rows):
     return err < 1e-4
 
 
+def check_bucket_bias(dev, rows):
+    """UniLMv2's relative bias on the GPU (BucketBias: one-hot products in the backward) against the plain
+    index_select lookup: the bias exactly, the table's gradient within 1e-4 (fp32 and bf16 gradients)."""
+    rel_bias = M.RelativePositionBias(32, 128, 12, 512).to(dev)
+    pos = torch.cat([torch.arange(512), torch.arange(192) % 100 + 30]).to(dev).expand(16, 704)
+    buckets = rel_bias.distance_bucket[pos[:, None, :] - pos[:, :, None] + rel_bias.offset]
+    ok = True
+    for dtype in (torch.float32, torch.bfloat16):
+        g = torch.randn(16, 12, 704, 704, device=dev).to(dtype)
+        w = rel_bias.table.weight
+        plain = w.index_select(0, buckets.flatten()).view(*buckets.shape, -1).permute(0, 3, 1, 2).to(dtype)
+        want, = torch.autograd.grad(plain, w, g)
+        fast = M.BucketBias.apply(w, buckets, dtype)
+        got, = torch.autograd.grad(fast, w, g)
+        err = rel(got, want)
+        good = torch.equal(fast, plain) and err < 1e-4
+        ok &= good
+        rows.append(("pmlm", f"relative bias: BucketBias vs index_select, gradient from {str(dtype)[6:]}",
+                     f"bias {'equal' if torch.equal(fast, plain) else 'differs'}, gradient {err:.2e}", good))
+    return ok
+
+
 def main():
     assert torch.cuda.is_available(), "this check needs a GPU"
     dev = torch.device("cuda")
@@ -109,6 +157,7 @@ def main():
             rows.append((name, "check crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
         torch.cuda.empty_cache()
     ok &= check_copy_scores(dev, rows)
+    ok &= check_bucket_bias(dev, rows)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| objective | check | result | |\n|---|---|---|---|")
     for name, what, value, good in rows:

@@ -82,6 +82,9 @@ class Batch:
     kind: torch.Tensor            # (B, L) long, masks.PAD at padding
     block: torch.Tensor           # (B, L) long
     extras: dict = field(default_factory=dict)
+    # kind -> how many rows of that kind carry a label, counted on the CPU by collate; None for a
+    # batch made by hand
+    n_labels: dict = None
 
     @property
     def attn_mask(self):
@@ -93,6 +96,14 @@ class Batch:
         """The mask described (kind, block): what objectives hand the model, which builds it on its
         device."""
         return masks.MaskSpec(self.kind, self.block)
+
+    def labelled(self, *kinds):
+        """How many rows of these kinds (of every kind if none is named) carry a label: known on the
+        CPU, so lm_loss can pick the rows without waiting for the GPU to count them. None if
+        unknown."""
+        if self.n_labels is None:
+            return None
+        return sum(n for k, n in self.n_labels.items() if not kinds or k in kinds)
 
     def to(self, device):
         return self._map(lambda t: t.to(device, non_blocking=True))
@@ -108,7 +119,7 @@ class Batch:
         names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
         tensors = [apply(getattr(self, k)) for k in names]
         extras = {k: apply(v) for k, v in self.extras.items()}
-        return Batch(*tensors, extras)
+        return Batch(*tensors, extras, self.n_labels)
 
     def __len__(self):
         return self.input_ids.size(0)
@@ -261,13 +272,16 @@ class Objective:
         # (train.py sets it on CUDA)
         L = -(-L // self.pad_multiple) * self.pad_multiple
         column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)
+        labels, kind = column("labels", -100), column("kind", PAD)
+        kinds, counts = kind[labels != -100].unique(return_counts=True)
         return Batch(column("input_ids", self.tok.pad_id),
                      column("position_ids", 0),
                      column("segment_ids", self.segments[1] if self.align_source else 0),
-                     column("labels", -100),
-                     column("kind", PAD),
+                     labels,
+                     kind,
                      column("block", 0),
-                     extras)
+                     extras,
+                     dict(zip(kinds.tolist(), counts.tolist())))
 
     def _aligned(self, row, S):
         """Insert padding after the context part so that it is S tokens wide (the rest starts at
@@ -359,20 +373,28 @@ def cut_segments(sentences, rng):
     return s[:k], s[k:]
 
 
-def lm_loss(model, h, labels, label_smoothing=0.0):
+def lm_loss(model, h, labels, label_smoothing=0.0, n=None):
     """Cross-entropy of the tied LM head over the rows with labels != -100, in fp32.
 
     Only the predicted rows go through the (d x V) output layer: with 15% of the rows masked that is
-    most of the head's cost saved. Returns (loss, accuracy) as 0-dim tensors (no host sync here;
-    train.py syncs when it logs).
+    most of the head's cost saved. n: how many rows have a label (Batch.labelled, counted on the
+    CPU); without it, picking the rows waits for the GPU to count them (boolean indexing), which
+    stalls a GPU's queue once a step. Returns (loss, accuracy) as 0-dim tensors.
     """
-    sel = labels != -100
-    logits = model.lm_logits(h[sel]).float()      # (N, V)
-    labels = labels[sel]
-    if labels.numel() == 0:
+    sel = (labels != -100).flatten()
+    if n is None:
+        rows = sel.nonzero().squeeze(1)
+    else:
+        if not labels.is_cuda:
+            # where checking costs nothing (the tests run here), check the count
+            assert n == int(sel.sum()), f"lm_loss: n={n} rows given, {int(sel.sum())} labelled"
+        rows = torch.nonzero_static(sel, size=n).squeeze(1)           # no wait for the GPU
+    if rows.numel() == 0:
         # keeps the graph: DDP wants every parameter to get a gradient
         zero = h.sum() * 0.0
         return zero, torch.full((), float("nan"), device=h.device)
+    logits = model.lm_logits(h.reshape(-1, h.size(-1))[rows]).float()     # (N, V)
+    labels = labels.flatten()[rows]
     loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
     acc = (logits.argmax(-1) == labels).float().mean()
     return loss, acc.detach()

@@ -153,7 +153,7 @@ class MassObjective(Objective):
         """Cross-entropy of the span (or target) tokens, each predicted from the rows before it."""
         # the mask is built on the device
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
-        loss, acc = lm_loss(model, h, batch.labels, self.label_smoothing)
+        loss, acc = lm_loss(model, h, batch.labels, self.label_smoothing, batch.labelled())
         return loss, {"loss": loss.detach(), "acc": acc}
 
 

@@ -249,7 +249,12 @@ class PalmObjective(Objective):
     def copyable(self, ids, real):
         """Copy support (B, S): real context tokens that are not special ([SOS], [EOS], [MASK],
         [UNK], ...)."""
-        return real & ~torch.isin(ids, torch.tensor(self.special_ids, device=ids.device))
+        # one comparison per special id, not torch.isin against a tensor made here: that host-to-
+        # device copy waits for the GPU at every decoding step, and a CUDA graph cannot hold it
+        special = torch.zeros_like(real)
+        for i in self.special_ids:
+            special |= ids == i
+        return real & ~special
 
     # --- loss -------------------------------------------------------------------------------------
 
@@ -263,7 +268,7 @@ class PalmObjective(Objective):
             train_mlm = stage == 1 or self.mlm_weight > 0  # else a metric only
             with torch.set_grad_enabled(torch.is_grad_enabled() and train_mlm):
                 loss_mlm, acc_mlm = lm_loss(model, h[:, :S], batch.labels[:, :S],
-                                            self.label_smoothing)
+                                            self.label_smoothing, batch.labelled(CTX))
             metrics.update(loss_mlm=loss_mlm.detach(), acc_mlm=acc_mlm)
             if stage == 1:
                 metrics["loss"] = loss_mlm.detach()
@@ -283,35 +288,35 @@ class PalmObjective(Objective):
         s = h[:, S:]                                                        # (B, T, d)
         labels = batch.labels[:, S:]                                        # (B, T)
         if not self.copy:
-            loss, acc = lm_loss(model, s, labels, self.label_smoothing)
+            loss, acc = lm_loss(model, s, labels, self.label_smoothing, batch.labelled(ORIG))
             return loss, acc, None
         head = self._head(model)
-        sel = labels != -100
+        # every continuation row, the padding ones weighted 0: selecting the predicted rows
+        # (labels[sel]) would wait for the GPU to count them, five times a step
+        weight = (labels != -100).float()                                   # (B, T)
+        n = weight.sum().clamp_min(1)
+        y = labels.clamp_min(0)                                             # padding: any real id
         # (B, T, S), (B, T)
         alpha, gate = head.attend(s, h[:, :S], self.copy_mask(batch), self.copy_chunk or None)
         src = batch.input_ids[:, None, :S].expand(-1, s.size(1), -1)       # (B, T, S)
-        # only the predicted rows (N, ...)
-        y = labels[sel]
-        alpha = alpha[sel]
-        gate = gate[sel]
-        src = src[sel]
-        logits = model.lm_logits(s[sel])                                    # (N, V)
+        logits = model.lm_logits(s)                                         # (B, T, V)
         eps = self.label_smoothing
         if eps:
             # smoothing needs log P of every token: the full mixture
-            logp = head.mix(logits, alpha, gate, src)                       # (N, V)
-            nll = -(1 - eps) * logp.gather(-1, y[:, None]).squeeze(-1) - eps * logp.mean(-1)
+            logp = head.mix(logits, alpha, gate, src)                       # (B, T, V)
+            nll = -(1 - eps) * logp.gather(-1, y[..., None]).squeeze(-1) - eps * logp.mean(-1)
             pred = logp.detach().argmax(-1)
         else:
-            # log P(y) alone: no (N, V) copy tensor kept for backward
+            # log P(y) alone: no (B, T, V) copy tensor kept for backward
             nll = -head.mix(logits, alpha, gate, src, target=y)
-            # argmax of lambda P^v + (1 - lambda) P^c in one (N, V) tensor
+            # argmax of lambda P^v + (1 - lambda) P^c in one (B, T, V) tensor
             with torch.no_grad():
-                lam = torch.sigmoid(gate)[:, None]
+                lam = torch.sigmoid(gate)[..., None]
                 p_mix = (logits.float().softmax(-1) * lam).scatter_add_(-1, src, alpha * (1 - lam))
                 pred = p_mix.argmax(-1)
-        acc = (pred == y).float().mean()
-        return nll.mean(), acc, torch.sigmoid(gate).mean().detach()
+        acc = ((pred == y).float() * weight).sum() / n
+        lam_mean = (torch.sigmoid(gate) * weight).sum() / n
+        return (nll * weight).sum() / n, acc, lam_mean.detach()
 
     def _head(self, model):
         if getattr(model, "copy_head", None) is None:

@@ -322,13 +322,14 @@ class PMLMObjective(Objective):
         par = batch.kind == PSEUDO
         # L_PAR (Eq. 6): at the [P]s
         par_labels = batch.labels.masked_fill(~par, -100)
-        loss_par, acc_par = lm_loss(model, h, par_labels, self.label_smoothing)
+        loss_par, acc_par = lm_loss(model, h, par_labels, self.label_smoothing,
+                                    batch.labelled(PSEUDO))
         if self.task == "seq2seq":
             return loss_par, {"loss": loss_par.detach(), "loss_par": loss_par.detach(),
                               "acc_par": acc_par}
         # L_AE (Eq. 3): at the masked context slots
         ae_labels = batch.labels.masked_fill(par, -100)
-        loss_ae, acc_ae = lm_loss(model, h, ae_labels, self.label_smoothing)
+        loss_ae, acc_ae = lm_loss(model, h, ae_labels, self.label_smoothing, batch.labelled(CTX, ORIG))
         loss = loss_ae + loss_par                                                       # Eq. 7
         return loss, {"loss": loss.detach(), "loss_ae": loss_ae.detach(),
                       "loss_par": loss_par.detach(), "acc_ae": acc_ae, "acc_par": acc_par}

@@ -262,7 +262,7 @@ class UniLMObjective(Objective):
         """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward
         pass."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
-        loss_mlm, acc = lm_loss(model, h, batch.labels, self.label_smoothing)
+        loss_mlm, acc = lm_loss(model, h, batch.labels, self.label_smoothing, batch.labelled())
         loss = loss_mlm
         metrics = {"loss_mlm": loss_mlm.detach(), "acc_mlm": acc}
         if "nsp_labels" in batch.extras:

@@ -406,3 +406,21 @@ def test_option_errors(tok):
     with pytest.raises(ValueError, match="max_seq_len"):
         pmlm(tok, max_seq_len=3)
     assert get_objective("pmlm", tok).model_defaults["rel_pos_buckets"] == 32
+
+
+def test_loss_picks_rows_counted_on_the_cpu(tok, passages):
+    """collate counts the labelled rows of each kind on the CPU (Batch.labelled), so lm_loss picks them without
+    asking the GPU; the loss is the one boolean indexing gives, and the counts travel with the batch."""
+    obj = pmlm(tok)
+    batch = draw(obj, passages["train"], 3, size=6)
+    labelled = batch.labels != -100
+    assert batch.labelled(PSEUDO) == int((labelled & (batch.kind == PSEUDO)).sum()) > 0
+    assert batch.labelled(CTX, ORIG) == int((labelled & (batch.kind != PSEUDO)).sum()) > 0
+    assert batch.labelled() == int(labelled.sum())
+    assert batch.to("cpu").n_labels == batch.n_labels
+    model = tiny_model(len(tok), rel_pos_buckets=32)
+    counted, metrics = obj.loss(model, batch)
+    batch.n_labels = None                               # unknown: lm_loss counts on the device
+    indexed, metrics_indexed = obj.loss(model, batch)
+    assert torch.equal(counted, indexed)
+    assert metrics["acc_ae"] == metrics_indexed["acc_ae"] and metrics["acc_par"] == metrics_indexed["acc_par"]

@@ -1,0 +1,320 @@
+"""Where a training step's GPU time goes, and UniLMv2's relative position bias implemented several ways.
+
+    python bench/profile_step.py --part steps    # torch.profiler over a few bare steps of each run: the top kernels
+    python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
+    python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways
+    python bench/profile_step.py --tiny          # CPU smoke run of both parts
+
+Same model, batches and step as bench/bench_train.py (base preset, batch 32, 512 text tokens, bf16, compiled
+blocks). --part steps prints, per run, the GPU time per step by kind of kernel (matrix products, attention,
+index/scatter, the rest), the wall time per step (the difference is time the GPU waited for the CPU) and the
+15 kernels that take the most GPU time. --part bias times a full pmlm step with each way of computing the
+relative bias and its gradient, the bias alone (forward + backward) for the dense (SDPA) ways, and pmlm without the
+bias for reference. Writes profile_<part>.txt to $OUT when set.
+"""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import model as M                                   # noqa: E402
+from bench.bench_train import build_step, corpus, sync, timed  # noqa: E402
+
+LINES = []
+
+
+def say(*a):
+    text = " ".join(str(x) for x in a)
+    print(text, flush=True)
+    LINES.append(text)
+
+
+# --------------------------------------------------------------------------------------------------
+# --part steps: a profile of a few steps
+
+
+def kind_of(name):
+    """A kernel's kind, from its name."""
+    n = name.lower()
+    if "nccl" in n:
+        return "communication (NCCL)"
+    if any(k in n for k in ("gemm", "cutlass", "nvjet", "sm90_xmma", "matmul", "cublas")):
+        return "matrix products"
+    if any(k in n for k in ("fmha", "flash", "attention", "flex", "triton_tem_fused")):
+        return "attention"
+    if any(k in n for k in ("index", "scatter", "embedding", "gather", "bincount", "histogram")):
+        return "index / scatter"
+    return "other"
+
+
+def profile_run(name, impl, options, label, tok, examples, args, device):
+    s = build_step(name, impl, options, tok, examples, args, device)
+    batches, step = s["batches"], s["step"]
+    sec = timed(step, batches, args.warmup, device)
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for b in batches[args.warmup:]:
+            step(b)
+        sync(device)
+    n = len(batches) - args.warmup
+    events = [e for e in prof.key_averages() if e.device_type.name == ("CUDA" if device.type == "cuda" else "CPU")]
+    attr = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    if device.type != "cuda":
+        attr = "self_cpu_time_total"
+    total = sum(getattr(e, attr) for e in events) / n / 1000          # ms per step
+    by_kind = {}
+    for e in events:
+        by_kind[kind_of(e.key)] = by_kind.get(kind_of(e.key), 0.0) + getattr(e, attr) / n / 1000
+    say(f"\n### {label}, {impl}: wall {sec * 1000:.1f} ms a step, device busy {total:.1f} ms "
+        f"({total / (sec * 1000):.0%})")
+    say("| kind | ms a step | share |\n|---|---|---|")
+    for kind, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        say(f"| {kind} | {ms:.1f} | {ms / total:.0%} |")
+    say("| kernel | calls a step | ms a step | share |\n|---|---|---|---|")
+    for e in sorted(events, key=lambda e: -getattr(e, attr))[:15]:
+        ms = getattr(e, attr) / n / 1000
+        say(f"| {e.key[:90]} | {e.count / n:.0f} | {ms:.2f} | {ms / total:.1%} |")
+
+
+# --------------------------------------------------------------------------------------------------
+# --part bias: the relative position bias, several ways
+#
+# The dense ways make the (B, H, Lq, Lk) bias that SDPA adds to its scores; they differ in how the gradient of
+# that tensor is summed back into the (buckets, heads) table.
+
+
+MODEL_FORWARD = M.RelativePositionBias.forward
+
+
+def buckets_of(self, q_pos, k_pos):
+    return self.distance_bucket[k_pos[:, None, :] - q_pos[:, :, None] + self.offset]     # (B, Lq, Lk)
+
+
+def dense_model(self, q_pos, k_pos):
+    """model.py's way on a GPU: BucketBias (backward: chunked one-hot matrix products)."""
+    return MODEL_FORWARD(self, q_pos, k_pos)
+
+
+def dense_index_select(self, q_pos, k_pos):
+    """model.py's way on a CPU: the table's rows by index_select; backward = index_add of B*Lq*Lk rows into 32."""
+    buckets = buckets_of(self, q_pos, k_pos)
+    return self.table.weight.index_select(0, buckets.flatten()).view(*buckets.shape, -1).permute(0, 3, 1, 2)
+
+
+def dense_embedding(self, q_pos, k_pos):
+    """F.embedding: on CUDA its backward sorts the indices and sums each run."""
+    return F.embedding(buckets_of(self, q_pos, k_pos), self.table.weight).permute(0, 3, 1, 2)
+
+
+class OneHotBias(M.BucketBias):
+    """BucketBias with one product per example instead of per chunk of 64 rows."""
+
+    @staticmethod
+    def backward(ctx, g):
+        buckets, = ctx.saved_tensors
+        B, H, Lq, Lk = g.shape
+        kinds = torch.arange(ctx.n_buckets, device=g.device)
+        onehot = (buckets.view(B, Lq * Lk, 1) == kinds).to(g.dtype)         # (B, Lq*Lk, K)
+        return torch.bmm(g.reshape(B, H, Lq * Lk), onehot).float().sum(0).t(), None, None
+
+
+class BincountBias(M.BucketBias):
+    """BucketBias with the backward by torch.bincount per head (a weighted histogram; it waits for the GPU to
+    size the histogram)."""
+
+    @staticmethod
+    def backward(ctx, g):
+        buckets, = ctx.saved_tensors
+        flat = buckets.flatten()
+        cols = [torch.bincount(flat, weights=g[:, h].flatten().float(), minlength=ctx.n_buckets)
+                for h in range(g.size(1))]
+        return torch.stack(cols, 1), None, None
+
+
+def dense_onehot(self, q_pos, k_pos):
+    return OneHotBias.apply(self.table.weight, buckets_of(self, q_pos, k_pos), M.compute_dtype(q_pos.device))
+
+
+def dense_bincount(self, q_pos, k_pos):
+    return BincountBias.apply(self.table.weight, buckets_of(self, q_pos, k_pos), M.compute_dtype(q_pos.device))
+
+
+DENSE = {"index_select (model.py, CPU)": dense_index_select, "BucketBias (model.py, GPU)": dense_model,
+         "embedding": dense_embedding, "one-hot bmm per example": dense_onehot, "bincount": dense_bincount}
+
+# The FlexAttention ways: the bias read inside the kernel; its gradient is added atomically into the table the
+# score_mod reads, one add per (query, key, head).
+
+def flex_one_table(self):
+    """The score_mod before: one (2P - 1, H) table in the compute dtype (bf16), so the atomic adds of a tile's
+    queries collide."""
+    table = self.by_distance.to(torch.bfloat16)
+    pos, offset = self.position_ids, self.offset
+
+    def mod(score, b, h, q, k):
+        return score + table[pos[b, k] - pos[b, q] + offset, h]
+    return mod
+
+
+FLEX = {"flex, one bf16 table": flex_one_table, "flex, 128 fp32 copies (model.py)": M.FlexBias.score_mod}
+
+
+def bias_alone(fn, rel_bias, B, L, device, reps=10):
+    """ms for the bias and its gradient alone (the gradient a stand-in for what SDPA returns), and the bias and
+    the table's gradient of one call."""
+    # UniLMv2's positions: the text, then [P]s and originals reusing the positions of masked spans
+    n = min(L * 3 // 4, rel_bias.offset + 1)
+    pos = torch.cat([torch.arange(n), torch.arange(L - n) % (n // 2) + n // 4]).to(device).expand(B, L)
+    g = torch.randn(B, rel_bias.table.weight.size(1), L, L, device=device).to(torch.bfloat16)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    out = {}
+
+    def once(_):
+        rel_bias.table.weight.grad = None
+        with autocast:
+            out["bias"] = fn(rel_bias, pos, pos).to(torch.bfloat16)
+        out["bias"].backward(g)
+    ms = timed(once, [None] * (reps + 2), 2, device) * 1000
+    return ms, out["bias"].float(), rel_bias.table.weight.grad.clone()
+
+
+def bias_part(tok, examples, args, device):
+    rows = []
+    # the dense ways, alone
+    rel = M.RelativePositionBias(32, 128, 12, 512).to(device)
+    B, L = (32, 704) if device.type == "cuda" else (2, 64)
+    first = None
+    for label, fn in DENSE.items():
+        torch.manual_seed(1)
+        ms, bias, grad = bias_alone(fn, rel, B, L, device)
+        first = first or (bias, grad)
+        err = lambda a, b: float((a - b).abs().max() / b.abs().max())
+        say(f"bias alone, {label}: {ms:.2f} ms (forward + backward, B={B}, L={L}); against the first: bias "
+            f"{err(bias, first[0]):.1e}, table gradient {err(grad, first[1]):.1e} (max error / max)")
+    reference = M.RelativePositionBias.forward, M.FlexBias.score_mod
+    impls = ["sdpa"] + (["flex"] if device.type == "cuda" else [])
+    for impl in impls:
+        ways = DENSE if impl == "sdpa" else FLEX
+        for label, fn in ways.items():
+            if impl == "sdpa":
+                M.RelativePositionBias.forward = fn
+            else:
+                M.FlexBias.score_mod = fn
+            try:
+                s = build_step("pmlm", impl, {}, tok, examples, args, device)
+                rows.append((label, timed(s["step"], s["batches"], args.warmup, device) * 1000))
+            except Exception as e:          # one failure does not hide the others
+                rows.append((label, float("nan")))
+                say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+            finally:
+                M.RelativePositionBias.forward, M.FlexBias.score_mod = reference
+            say(f"pmlm step, {impl}, {rows[-1][0]}: {rows[-1][1]:.1f} ms")
+            del s
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        # the floor: no relative bias at all
+        args.model_overrides = {"rel_pos_buckets": 0}
+        s = build_step("pmlm", impl, {}, tok, examples, args, device)
+        rows.append((f"{impl}, no relative bias", timed(s["step"], s["batches"], args.warmup, device) * 1000))
+        say(f"pmlm step, {rows[-1][0]}: {rows[-1][1]:.1f} ms")
+        args.model_overrides = {}
+        del s
+    say("\n| pmlm step with the relative bias computed as | ms a step |\n|---|---|")
+    for label, ms in rows:
+        say(f"| {label} | {ms:.1f} |")
+
+
+# --------------------------------------------------------------------------------------------------
+# --part copy: PALM's additive copy scores (Eq. 3), several ways
+
+
+def tanh_by_sigmoid(hm, ws, w):
+    """Eq. 3 with tanh(x) = 2 sigmoid(2x) - 1 (an exp and a reciprocal instead of libdevice's tanh)."""
+    return ((2 * torch.sigmoid(2 * (hm[:, None] + ws[:, :, None])) - 1) * w).sum(-1)
+
+
+def copy_part(args, device):
+    B, T, S, d = (32, 102, 407, 768) if device.type == "cuda" else (2, 8, 30, 16)
+    g = torch.Generator(device=device).manual_seed(0)
+    # as in training: hm and ws come out of bf16 linear layers, w is an fp32 parameter
+    hm, ws = (torch.randn(B, n, d, device=device, generator=g).to(torch.bfloat16).requires_grad_()
+              for n in (S, T))
+    w = torch.randn(d, device=device, generator=g).requires_grad_()
+    cuda = device.type == "cuda"
+    ways = {"compiled (model.py)": M.additive_scores(),
+            "compiled, max-autotune": torch.compile(M._additive_scores, dynamic=True,
+                                                    mode="max-autotune-no-cudagraphs") if cuda else None,
+            "tanh as 2 sigmoid(2x) - 1, compiled": torch.compile(tanh_by_sigmoid, dynamic=True) if cuda else None}
+    ref = None
+    for label, fn in ways.items():
+        if fn is None:
+            continue
+        out = {}
+
+        def once(_):
+            for x in (hm, ws, w):
+                x.grad = None
+            e = fn(hm, ws, w)
+            e.backward(torch.ones_like(e))
+            out["e"] = e.detach().float()
+        try:
+            ms = timed(once, [None] * 12, 2, device) * 1000
+        except Exception as e:
+            say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        ref = ref if ref is not None else out["e"]
+        err = float((out["e"] - ref).abs().max() / ref.abs().max())
+        say(f"copy scores, {label}: {ms:.2f} ms forward + backward (B={B}, T={T}, S={S}, d={d}); "
+            f"against the first: {err:.1e}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", choices=["steps", "bias", "copy"], default="steps")
+    ap.add_argument("--only", default="unilm,pmlm,pmlm flex,palm (copy),palm (no copy)")
+    ap.add_argument("--preset", default="base")
+    ap.add_argument("--seq_len", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=30522)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--cache", default=".cache")
+    ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke run")
+    args = ap.parse_args()
+    if args.tiny:
+        args.preset, args.seq_len, args.batch, args.vocab, args.steps, args.warmup = "tiny", 64, 4, 1000, 2, 1
+    args.model_overrides = {}
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    say(f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+        f"preset {args.preset}, batch {args.batch}, text {args.seq_len}, {time.strftime('%Y-%m-%d')}")
+    tok, examples = corpus(args)
+    if args.part == "steps":
+        runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
+                "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False})}
+        for label in args.only.split(","):
+            name, impl, options = runs[label]
+            if impl == "flex" and device.type != "cuda":
+                continue
+            try:
+                profile_run(name, impl, options, label, tok, examples, args, device)
+            except Exception as e:
+                say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    elif args.part == "bias":
+        bias_part(tok, examples, args, device)
+    else:
+        copy_part(args, device)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], f"profile_{args.part}.txt").write_text("\n".join(LINES) + "\n")
+
+
+if __name__ == "__main__":
+    main()
