@@ -314,8 +314,8 @@ class Decoder:
         cols = self.cache.fill + torch.arange(ids.size(1), device=ids.device)  # (n_new,) slots
         # each row's target starts right after its own source: positions S_b, S_b + 1, ...
         pos = self.src_len[:, None] + (cols - self.S)                           # (N, n_new)
-        # embedded outside the graph: embed checks the positions against max_position, which
-        # reads the GPU (a capture cannot)
+        # embedded outside the graph (as measured; embed's position check, which reads the GPU
+        # and so cannot be captured, now runs on CPU tensors only)
         x = self.model.embed(ids, pos, torch.full_like(ids, self.seg_tgt))
         # t = 0 runs eagerly: with a query token it has one column fewer than the later steps
         if self.graphed and self.tgt.size(1) > 0:

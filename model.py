@@ -180,11 +180,11 @@ def relative_position_bucket(relative_position, num_buckets=32, max_distance=128
     return bucket + torch.where(n < max_exact, n, large)
 
 
-def compute_dtype(device):
-    """The dtype autocast computes in on `device` (float32 without autocast)."""
+def compute_dtype(device, dtype):
+    """The dtype autocast computes in on `device`, or `dtype` where autocast is off."""
     if torch.is_autocast_enabled(device.type):
         return torch.get_autocast_dtype(device.type)
-    return torch.float32
+    return dtype
 
 
 class BucketBias(torch.autograd.Function):
@@ -245,14 +245,22 @@ class RelativePositionBias(nn.Module):
         appended at the end of the sequence is as close to its neighbours as the token it stands
         for.
         """
-        rel = k_pos[:, None, :] - q_pos[:, :, None]                     # (B, Lq, Lk)
-        buckets = self.distance_bucket[rel + self.offset]               # (B, Lq, Lk)
+        buckets = self.buckets(q_pos, k_pos)                            # (B, Lq, Lk)
         if buckets.is_cuda:
-            # the fast way on a GPU, beside the plain one below (same numbers; tests/test_model.py)
-            return BucketBias.apply(self.table.weight, buckets, compute_dtype(buckets.device))
-        # the table's rows by index_select: the same numbers as self.table(buckets), and its
-        # backward (an index_add into a 32-row table) is 3.5x faster on a CPU than the embedding's
-        # (measured: 15 vs 51 ms for a 32 x 168 x 168 batch)
+            # the fast way on a GPU, beside the plain one (same numbers; tests/test_model.py)
+            weight = self.table.weight
+            return BucketBias.apply(weight, buckets, compute_dtype(buckets.device, weight.dtype))
+        return self.lookup(buckets)
+
+    def buckets(self, q_pos, k_pos):
+        """The bucket (B, Lq, Lk) of every (query, key) pair's distance k_pos - q_pos."""
+        rel = k_pos[:, None, :] - q_pos[:, :, None]                     # (B, Lq, Lk)
+        return self.distance_bucket[rel + self.offset]
+
+    def lookup(self, buckets):
+        """The plain way: the table's rows by index_select -> (B, H, Lq, Lk). The same numbers as
+        self.table(buckets), and its backward (an index_add into a 32-row table) is 3.5x faster on
+        a CPU than the embedding's (measured: 15 vs 51 ms for a 32 x 168 x 168 batch)."""
         rows = self.table.weight.index_select(0, buckets.flatten())    # (B * Lq * Lk, H)
         bias = rows.view(*buckets.shape, -1)                            # (B, Lq, Lk, H)
         return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
@@ -606,8 +614,7 @@ class Transformer(nn.Module):
             bias = self.rel_bias(position_ids, k_pos)                  # (B, H, L, Lc + L)
             bias = bias.masked_fill(~attn_mask[:, None], float("-inf"))
             # cast once here rather than in every layer
-            if torch.is_autocast_enabled(x.device.type):
-                bias = bias.to(torch.get_autocast_dtype(x.device.type))
+            bias = bias.to(compute_dtype(x.device, bias.dtype))
         for i, block in enumerate(self.blocks):
             x = block(x, attn_mask, bias, cache, i)
         return self.ln_f(x)

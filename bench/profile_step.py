@@ -92,10 +92,6 @@ def profile_run(name, impl, options, label, tok, examples, args, device):
 MODEL_FORWARD = M.RelativePositionBias.forward
 
 
-def buckets_of(self, q_pos, k_pos):
-    return self.distance_bucket[k_pos[:, None, :] - q_pos[:, :, None] + self.offset]     # (B, Lq, Lk)
-
-
 def dense_model(self, q_pos, k_pos):
     """model.py's way on a GPU: BucketBias (backward: chunked one-hot matrix products)."""
     return MODEL_FORWARD(self, q_pos, k_pos)
@@ -103,13 +99,12 @@ def dense_model(self, q_pos, k_pos):
 
 def dense_index_select(self, q_pos, k_pos):
     """model.py's way on a CPU: the table's rows by index_select; backward = index_add of B*Lq*Lk rows into 32."""
-    buckets = buckets_of(self, q_pos, k_pos)
-    return self.table.weight.index_select(0, buckets.flatten()).view(*buckets.shape, -1).permute(0, 3, 1, 2)
+    return self.lookup(self.buckets(q_pos, k_pos))
 
 
 def dense_embedding(self, q_pos, k_pos):
     """F.embedding: on CUDA its backward sorts the indices and sums each run."""
-    return F.embedding(buckets_of(self, q_pos, k_pos), self.table.weight).permute(0, 3, 1, 2)
+    return F.embedding(self.buckets(q_pos, k_pos), self.table.weight).permute(0, 3, 1, 2)
 
 
 class OneHotBias(M.BucketBias):
@@ -138,11 +133,13 @@ class BincountBias(M.BucketBias):
 
 
 def dense_onehot(self, q_pos, k_pos):
-    return OneHotBias.apply(self.table.weight, buckets_of(self, q_pos, k_pos), M.compute_dtype(q_pos.device))
+    w = self.table.weight
+    return OneHotBias.apply(w, self.buckets(q_pos, k_pos), M.compute_dtype(q_pos.device, w.dtype))
 
 
 def dense_bincount(self, q_pos, k_pos):
-    return BincountBias.apply(self.table.weight, buckets_of(self, q_pos, k_pos), M.compute_dtype(q_pos.device))
+    w = self.table.weight
+    return BincountBias.apply(w, self.buckets(q_pos, k_pos), M.compute_dtype(q_pos.device, w.dtype))
 
 
 DENSE = {"index_select (model.py, CPU)": dense_index_select, "BucketBias (model.py, GPU)": dense_model,
