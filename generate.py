@@ -366,7 +366,7 @@ class Decoder:
             self.graphed = False
 
 
-def block(logp, tgt, step, eos, min_len, banned, no_repeat_ngram, ignore):
+def ban_tokens(logp, tgt, step, eos, min_len, banned, no_repeat_ngram, ignore):
     """Forbid in place: [EOS] before min_len, the `banned` ids, and tokens that would repeat an
     n-gram of tgt."""
     logp[:, banned] = NEG_INF
@@ -397,7 +397,7 @@ def greedy(dec, max_len, alpha, rules):
     rows = list(range(len(dec.src_len)))                       # the source of each live row
     total = torch.zeros(len(rows), device=dec.src_ids.device)
     for t in range(max_len):
-        best, tok = block(dec.logprobs(), dec.tgt, t, **rules).max(dim=-1)
+        best, tok = ban_tokens(dec.logprobs(), dec.tgt, t, **rules).max(dim=-1)
         total += best
         dec.append(tok)
         done = (tok == rules["eos"]) | (t == max_len - 1)
@@ -432,7 +432,7 @@ def beam_search(dec, K, max_len, alpha, rules):
     rank = torch.arange(2 * K, device=dev)
     for t in range(max_len):
         A = len(active)
-        logp = block(dec.logprobs(), dec.tgt, t, **rules)                      # (A * K, V)
+        logp = ban_tokens(dec.logprobs(), dec.tgt, t, **rules)                      # (A * K, V)
         V = logp.size(-1)
         # total log-probability of every one-token extension of every beam, flattened per source
         cand = (scores[:, :, None] + logp.view(A, K, V)).view(A, K * V)
@@ -483,7 +483,7 @@ def beam_search(dec, K, max_len, alpha, rules):
 
 
 def decoding_rules(tok, min_len, no_repeat_ngram, ignore_ids, device):
-    """What `block` forbids: specials other than [EOS]/[UNK] are never generated (a query token as
+    """What `ban_tokens` forbids: specials other than [EOS]/[UNK] are never generated (a query token as
     output is meaningless), [EOS] before min_len, repeated n-grams (ignore words default to "."
     when it is in the vocab)."""
     if ignore_ids is None:

@@ -61,26 +61,26 @@ def tiny_model(vocab_size, n_layer=2, seed=0, **overrides):
 
 
 def batch_of(rows):
-    """Per-example dicts of lists (input_ids, position_ids, segment_ids, labels, kind, block) -> Batch."""
+    """Per-example dicts of lists (input_ids, position_ids, segment_ids, labels, kind, step) -> Batch."""
     col = lambda k, v: pad([r[k] for r in rows], v)
     return Batch(col("input_ids", 0), col("position_ids", 0), col("segment_ids", 0), col("labels", -100),
-                 col("kind", PAD), col("block", 0))
+                 col("kind", PAD), col("step", 0))
 
 
 # --- words for tokens, cells and leaks ----------------------------------------------------------------------------
 
-def describe(kind, block, names=None):
-    """-> describe(i): the token at position i in words, from its kind and block (one example's (L,) tensors).
+def describe(kind, step, names=None):
+    """-> describe(i): the token at position i in words, from its kind and step (one example's (L,) tensors).
 
     names: optional {kind: format} to use a paper's words, e.g. {SPAN: "span [ATTN] of the span starting at
     target {b}"}.
     """
-    words = {CTX: "context", ORIG: "original of block {b}", PSEUDO: "[P] of block {b}",
+    words = {CTX: "context", ORIG: "original of step {b}", PSEUDO: "[P] of step {b}",
              SPAN: "span-flow [ATTN] of step {b}", PAD: "padding"}
     words.update(names or {})
 
     def say(i):
-        return words[int(kind[i])].format(b=int(block[i]))
+        return words[int(kind[i])].format(b=int(step[i]))
     return say
 
 

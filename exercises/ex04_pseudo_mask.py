@@ -12,7 +12,7 @@ then {x2} (step 2):
 
                   x1 M2 x3 M4 M5 x6 | x4 x5 P4 P5 x2 P2
     kind          CTX ............. | ORIG  PSEUDO ORIG PSEUDO
-    block (step)  0 ............... | 1  1  1  1   2    2
+    step (step)  0 ............... | 1  1  1  1   2    2
 
 Who may attend whom (row = query, column = key; Figure 5):
 
@@ -27,8 +27,8 @@ leakage); a context token that sees an appended original passes it on to every [
 grader runs the project's leakage checker with your mask, so you will see which prediction could read what.
 
 Contract
-    pseudo_masked_mask(kind, block) -> (B, L, L) torch.bool, True = query i may attend key j
-    kind, block   (B, L) long tensors; kind uses the constants CTX, ORIG, PSEUDO, PAD imported below
+    pseudo_masked_mask(kind, step) -> (B, L, L) torch.bool, True = query i may attend key j
+    kind, step   (B, L) long tensors; kind uses the constants CTX, ORIG, PSEUDO, PAD imported below
 Write the rule yourself: the grader refuses masks.may_attend / attention_mask / pseudo_masked.
 """
 import torch  # noqa: F401  (yours to use)
@@ -36,16 +36,16 @@ import torch  # noqa: F401  (yours to use)
 from objectives.masks import CTX, ORIG, PAD, PSEUDO  # noqa: F401  (the kinds)
 
 
-def pseudo_masked_mask(kind, block):
+def pseudo_masked_mask(kind, step):
     """(B, L, L) bool: UniLMv2's pseudo-masked LM mask (Figure 5) from per-token kinds and steps."""
-    # TODO 1: make query-side (B, L, 1) and key-side (B, 1, L) views of kind and block.
+    # TODO 1: make query-side (B, L, 1) and key-side (B, 1, L) views of kind and step.
     # TODO 2: write one boolean (B, L, L) term per line of the table in the module docstring.
     # TODO 3: OR them together; make sure padding rows and padding keys come out False.
     #
     # Hint 1: q_kind = kind[:, :, None] and k_kind = kind[:, None, :]; then (q_kind == PSEUDO) & (k_kind == ORIG)
-    #         is (B, L, L) by broadcasting. The same for block.
+    #         is (B, L, L) by broadcasting. The same for step.
     # Hint 2: "everyone sees the context" is (q_kind != PAD) & (k_kind == CTX). An ORIG query sees
-    #         (k_kind == ORIG) & (k_block <= q_block); a PSEUDO query sees ORIG keys with k_block < q_block.
-    # Hint 3: the [P]s of one block see each other: (q_kind == PSEUDO) & (k_kind == PSEUDO) & (k_block == q_block).
+    #         (k_kind == ORIG) & (k_step <= q_step); a PSEUDO query sees ORIG keys with k_step < q_step.
+    # Hint 3: the [P]s of one block see each other: (q_kind == PSEUDO) & (k_kind == PSEUDO) & (k_step == q_step).
     #         Four terms in all, joined with |.
     raise NotImplementedError("exercise 4: write pseudo_masked_mask (see the TODOs)")

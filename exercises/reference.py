@@ -4,7 +4,7 @@ For teachers (and for students who are done: reading this is reading the answers
 exercise's contract served by the project's implementation, adapted to the exercise's signature and nothing
 more, so that a grader passing here means the grader agrees with the project. Exercise 7 has no one function
 in generate.py to point at (beam_search runs the step inside its loop over a batch of sources): its entry is
-that loop's body for one source, built on generate.block and generate.gnmt_penalty, and the grader holds whole
+that loop's body for one source, built on generate.ban_tokens and generate.gnmt_penalty, and the grader holds whole
 searches driven by it equal to generate.beam_search.
 """
 import functools
@@ -59,8 +59,8 @@ ex04_pseudo_mask = SimpleNamespace(pseudo_masked_mask=masks.pseudo_masked)
 def span_flow_mask(n_src, spans):
     T = spans[-1][1]
     kind = [CTX] * n_src + [ORIG] * T + [SPAN] * T
-    block = [0] * n_src + list(range(1, T + 1)) + [b + 1 for b, e in spans for _ in range(b, e)]
-    return masks.multi_flow(torch.tensor([kind]), torch.tensor([block]))[0]
+    step = [0] * n_src + list(range(1, T + 1)) + [b + 1 for b, e in spans for _ in range(b, e)]
+    return masks.multi_flow(torch.tensor([kind]), torch.tensor([step]))[0]
 
 
 ex05_span_flow = SimpleNamespace(span_flow_mask=span_flow_mask)
@@ -81,7 +81,7 @@ ex06_pointer = SimpleNamespace(copy_distribution=copy_distribution, mixture_logp
 def beam_step(totals, logp, history, beam_size, eos, step, alpha=1.0, no_repeat_ngram=3):
     K = beam_size
     no_ban = torch.tensor([], dtype=torch.long)
-    logp = G.block(logp.clone(), history, step, eos, 0, no_ban, no_repeat_ngram, None)
+    logp = G.ban_tokens(logp.clone(), history, step, eos, 0, no_ban, no_repeat_ngram, None)
     V = logp.size(-1)
     top, idx = (totals[:, None] + logp).flatten().topk(2 * K)
     beams, tokens = idx // V, idx % V

@@ -77,15 +77,15 @@ def test_leak_free_through_the_layers():
     rng = random.Random(1)
     rows = []
     for n_src, n in ((4, 9), (3, 7), (5, 5)):
-        kind, block = masks.unilm_kinds("seq2seq", n, n_src)
+        kind, step = masks.unilm_kinds("seq2seq", n, n_src)
         ids = [rng.randrange(7, 40) for _ in range(n)]
         rows.append(dict(input_ids=ids, position_ids=list(range(n)), segment_ids=[0] * n_src + [1] * (n - n_src),
-                         labels=ids, kind=kind, block=block))        # every token is probed as a prediction
+                         labels=ids, kind=kind, step=step))        # every token is probed as a prediction
     batch = grading.batch_of(rows)
     L = batch.input_ids.size(1)
     mine = torch.stack([ex.seq2seq_mask(n_src, n, L) for n_src, n in ((4, 9), (3, 7), (5, 5))])
     report = leakage.check(model, batch, attn_mask=mine)
-    say = grading.describe(batch.kind[report.leaks[0].example], batch.block[report.leaks[0].example], {
+    say = grading.describe(batch.kind[report.leaks[0].example], batch.step[report.leaks[0].example], {
         masks.CTX: "source", masks.ORIG: "target token {b}"}) if report.leaks else None
     assert not report.leaks, grading.leak_message(report, say, model)
 

@@ -18,10 +18,10 @@ ex = grading.load("ex04_pseudo_mask")
 TOK = WordPiece(list(SPECIAL_TOKENS) + ["."] + [f"w{i}" for i in range(56)])      # 64 pieces
 
 
-def why(kind, block):
+def why(kind, step):
     """The reason, in the paper's words, why cell (i, j) is what the project says."""
     def reason(i, j, got):
-        qk, qb, kk, kb = int(kind[i]), int(block[i]), int(kind[j]), int(block[j])
+        qk, qb, kk, kb = int(kind[i]), int(step[i]), int(kind[j]), int(step[j])
         if PAD in (qk, kk):
             return "padding is never attended, and a padding row attends nothing"
         if got:
@@ -49,15 +49,15 @@ def why(kind, block):
 
 
 def check(batch):
-    got = ex.pseudo_masked_mask(batch.kind, batch.block)
-    want = masks.pseudo_masked(batch.kind, batch.block)
+    got = ex.pseudo_masked_mask(batch.kind, batch.step)
+    want = masks.pseudo_masked(batch.kind, batch.step)
     assert torch.is_tensor(got) and got.dtype == torch.bool, "return a torch.bool tensor"
     assert got.shape == want.shape, f"the mask must have shape {tuple(want.shape)} (B, L, L), got {tuple(got.shape)}"
     for b in range(len(batch)):
         if not torch.equal(got[b], want[b]):
-            say = grading.describe(batch.kind[b], batch.block[b])
+            say = grading.describe(batch.kind[b], batch.step[b])
             raise AssertionError(f"example {b}: " + grading.mask_diff_message(
-                got[b], want[b], say, why(batch.kind[b], batch.block[b])))
+                got[b], want[b], say, why(batch.kind[b], batch.step[b])))
     return got
 
 
@@ -98,8 +98,8 @@ def test_fine_tuning_batches():
 
 def test_padding():
     kind = torch.tensor([[CTX, CTX, ORIG, PSEUDO, PAD, PAD]])
-    block = torch.tensor([[0, 0, 1, 1, 0, 0]])
-    got = ex.pseudo_masked_mask(kind, block)
+    step = torch.tensor([[0, 0, 1, 1, 0, 0]])
+    got = ex.pseudo_masked_mask(kind, step)
     assert not got[0, 4:].any() and not got[0, :, 4:].any(), \
         "padding rows must attend nothing and padding keys be attended by nobody"
 
@@ -111,11 +111,11 @@ def test_leak_free_through_the_layers():
     obj = get_objective("pmlm", TOK)
     rng = random.Random(2)
     for batch in [paper_batch()] + [obj.make_batch(random_passages(rng, 3), random.Random(s)) for s in range(3)]:
-        mine = ex.pseudo_masked_mask(batch.kind, batch.block)
+        mine = ex.pseudo_masked_mask(batch.kind, batch.step)
         report = leakage.check(model, batch, attn_mask=mine)
         if report.leaks:
             b = report.leaks[0].example
-            raise AssertionError(grading.leak_message(report, grading.describe(batch.kind[b], batch.block[b]),
+            raise AssertionError(grading.leak_message(report, grading.describe(batch.kind[b], batch.step[b]),
                                                       model))
 
 

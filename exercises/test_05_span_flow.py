@@ -20,16 +20,16 @@ WORDS = {CTX: "source S'", ORIG: "target token T'_{b}", SPAN: "[ATTN] of the spa
 
 
 def kinds(n_src, spans):
-    """The project's description of [S'; T'; A_S]: kinds and blocks (target i = step i + 1, 1-based)."""
+    """The project's description of [S'; T'; A_S]: kinds and steps (target i = step i + 1, 1-based)."""
     T = spans[-1][1]
     kind = [CTX] * n_src + [ORIG] * T + [SPAN] * T
-    block = [0] * n_src + list(range(1, T + 1)) + [b + 1 for b, e in spans for _ in range(b, e)]
-    return torch.tensor([kind]), torch.tensor([block])
+    step = [0] * n_src + list(range(1, T + 1)) + [b + 1 for b, e in spans for _ in range(b, e)]
+    return torch.tensor([kind]), torch.tensor([step])
 
 
-def why(kind, block):
+def why(kind, step):
     def reason(i, j, got):
-        qk, qb, kk, kb = int(kind[i]), int(block[i]), int(kind[j]), int(block[j])
+        qk, qb, kk, kb = int(kind[i]), int(step[i]), int(kind[j]), int(step[j])
         if got:
             if qk == CTX:
                 return ("the source sees only the source (M_C): a source token that saw the target would pass it "
@@ -54,18 +54,18 @@ def why(kind, block):
     return reason
 
 
-def check(n_src, spans, kind=None, block=None):
+def check(n_src, spans, kind=None, step=None):
     if kind is None:
-        kind, block = kinds(n_src, spans)
-    want = masks.multi_flow(kind, block)[0]
+        kind, step = kinds(n_src, spans)
+    want = masks.multi_flow(kind, step)[0]
     got = ex.span_flow_mask(n_src, [tuple(s) for s in spans])
     L = want.size(0)
     title = f"span_flow_mask({n_src}, {spans})"
     assert torch.is_tensor(got) and got.dtype == torch.bool, f"{title} must return a torch.bool tensor"
     assert tuple(got.shape) == (L, L), f"{title} must have shape ({L}, {L}) (L = n_src + 2 T), got {tuple(got.shape)}"
     if not torch.equal(got, want):
-        say = grading.describe(kind[0], block[0], WORDS)
-        raise AssertionError(grading.mask_diff_message(got, want, say, why(kind[0], block[0]), title) +
+        say = grading.describe(kind[0], step[0], WORDS)
+        raise AssertionError(grading.mask_diff_message(got, want, say, why(kind[0], step[0]), title) +
                              f"\nyours:\n{grading.picture(got)}\nthe project's:\n{grading.picture(want)}")
     return got
 
@@ -106,11 +106,11 @@ def test_real_ernie_gen_examples():
             continue
         keep = [k for k, kd in enumerate(row.kind) if kd != PSEUDO]
         kind = torch.tensor([[row.kind[k] for k in keep]])
-        block = torch.tensor([[row.block[k] for k in keep]])
-        span_blocks = [row.block[k] for k in keep if row.kind[k] == SPAN]
+        step = torch.tensor([[row.step[k] for k in keep]])
+        span_blocks = [row.step[k] for k in keep if row.kind[k] == SPAN]
         starts = [j for j in range(len(span_blocks)) if j == 0 or span_blocks[j] != span_blocks[j - 1]]
         spans = list(zip(starts, starts[1:] + [len(span_blocks)]))
-        check(row.kind.count(CTX), spans, kind, block)
+        check(row.kind.count(CTX), spans, kind, step)
         n_checked += 1
     assert n_checked >= 20
 
@@ -123,19 +123,19 @@ def test_leak_free_through_the_layers():
     for _ in range(4):
         n_src, T = rng.randint(2, 6), rng.randint(2, 8)
         spans = random_spans(rng, T)
-        kind, block = kinds(n_src, spans)
+        kind, step = kinds(n_src, spans)
         src = [rng.randrange(7, 64) for _ in range(n_src)]
         tgt = [rng.randrange(7, 64) for _ in range(T)]
         n = n_src + 2 * T
         batch = grading.batch_of([dict(input_ids=src + tgt + [TOK.attn_id] * T,
                                        position_ids=list(range(n_src + T)) + list(range(n_src, n_src + T)),
                                        segment_ids=[0] * n_src + [1] * 2 * T, labels=[-100] * (n_src + T) + tgt,
-                                       kind=kind[0].tolist(), block=block[0].tolist())])
+                                       kind=kind[0].tolist(), step=step[0].tolist())])
         assert batch.input_ids.size(1) == n
         mine = ex.span_flow_mask(n_src, spans)[None]
         report = leakage.check(model, batch, attn_mask=mine)
         assert not report.leaks, f"spans {spans}: " + grading.leak_message(
-            report, grading.describe(batch.kind[0], batch.block[0], WORDS), model)
+            report, grading.describe(batch.kind[0], batch.step[0], WORDS), model)
 
 
 def test_written_by_you():

@@ -50,14 +50,14 @@ def random_passages(rng, n, lo=1):
 
 
 def lists_of_one_length(ex):
-    names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
+    names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "step")
     lengths = {k: len(getattr(ex, k)) for k in names}
     assert len(set(lengths.values())) == 1, f"an Example's lists must have one length, got {lengths}"
 
 
 def span_of(ex):
-    """The predicted tokens in the order of their factorization step (block), then position."""
-    rows = sorted((ex.block[r], ex.position_ids[r], r) for r in range(len(ex)) if ex.labels[r] != -100)
+    """The predicted tokens in the order of their factorization step (step), then position."""
+    rows = sorted((ex.step[r], ex.position_ids[r], r) for r in range(len(ex)) if ex.labels[r] != -100)
     return [ex.labels[r] for _, _, r in rows]
 
 
@@ -85,7 +85,7 @@ def test_pretraining_examples():
         flat = [t for s in passage for t in s]
         span = span_of(ex)
         where = [u for u in range(len(flat) - len(span) + 1) if flat[u:u + len(span)] == span]
-        assert span and where, f"passage {flat}: the predicted tokens {span} (in the order of their blocks) are " \
+        assert span and where, f"passage {flat}: the predicted tokens {span} (in the order of their steps) are " \
                                "not one contiguous span of it, left to right"
         context = [t for t, k in zip(ex.input_ids, ex.kind) if k == CTX and t not in TOK.special_ids]
         assert any(context == flat[:u] + flat[u + len(span):] for u in where), \
@@ -124,7 +124,7 @@ def check_leak_free(batch, task):
     if report.leaks:
         b = report.leaks[0].example
         raise AssertionError(f"{task}: " + grading.leak_message(report, grading.describe(
-            batch.kind[b], batch.block[b], {ORIG: "target-side row of step {b}"}), model))
+            batch.kind[b], batch.step[b], {ORIG: "target-side row of step {b}"}), model))
 
 
 def test_leak_free_pretraining():

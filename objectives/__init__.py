@@ -19,7 +19,7 @@ Every objective has the same shape, so reading one teaches the others:
     set_step(step, total_steps)     a hook train.py calls before every batch (PALM's two stages)
 
 An Example is one sequence as per-token lists: input_ids, position_ids, segment_ids, labels
-(-100 = no loss) and the mask's description, kind and block (objectives/masks.py): the attention
+(-100 = no loss) and the mask's description, kind and step (objectives/masks.py): the attention
 mask is never stored, it is ONE rule applied to those two vectors wherever the batch is
 (masks.attention_mask). `collate` pads Examples into a Batch. An Example returned as None was
 skipped (too short, say) and is counted in `objective.skipped`; a batch whose examples were ALL
@@ -54,7 +54,7 @@ class Example:
     segment_ids: list
     labels: list                  # the token to predict at this row, -100 = none
     kind: list                    # masks.CTX / ORIG / PSEUDO / SPAN: the mask's description ...
-    block: list                   # ... and the factorization step of each token (masks.may_attend)
+    step: list                    # ... and the factorization step of each token (masks.may_attend)
     # per-example numbers, stacked by collate (UniLM's NSP label)
     extras: dict = field(default_factory=dict)
 
@@ -64,7 +64,7 @@ class Example:
 
 @dataclass
 class Batch:
-    """Examples padded to (B, L). The attention mask is built from kind and block where the batch
+    """Examples padded to (B, L). The attention mask is built from kind and step where the batch
     is.
 
     extras, every key any objective uses (one place to look them up):
@@ -80,7 +80,7 @@ class Batch:
     segment_ids: torch.Tensor     # (B, L) long
     labels: torch.Tensor          # (B, L) long, -100 = no loss at this row
     kind: torch.Tensor            # (B, L) long, masks.PAD at padding
-    block: torch.Tensor           # (B, L) long
+    step: torch.Tensor            # (B, L) long
     extras: dict = field(default_factory=dict)
     # kind -> how many rows of that kind carry a label, counted on the CPU by collate; None for a
     # batch made by hand
@@ -89,13 +89,13 @@ class Batch:
     @property
     def attn_mask(self):
         """(B, L, L) bool, True = query i may attend key j: the one rule of objectives/masks.py."""
-        return masks.attention_mask(self.kind, self.block)
+        return masks.attention_mask(self.kind, self.step)
 
     @property
     def mask(self):
-        """The mask described (kind, block): what objectives hand the model, which builds it on its
+        """The mask described (kind, step): what objectives hand the model, which builds it on its
         device."""
-        return masks.MaskSpec(self.kind, self.block)
+        return masks.MaskSpec(self.kind, self.step)
 
     def labelled(self, *kinds):
         """How many rows of these kinds (of every kind if none is named) carry a label: known on the
@@ -116,7 +116,7 @@ class Batch:
     def _map(self, fn):
         """A new Batch with fn applied to every tensor (extras included)."""
         apply = lambda t: fn(t) if torch.is_tensor(t) else t
-        names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")
+        names = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "step")
         tensors = [apply(getattr(self, k)) for k in names]
         extras = {k: apply(v) for k, v in self.extras.items()}
         return Batch(*tensors, extras, self.n_labels)
@@ -279,7 +279,7 @@ class Objective:
                      column("segment_ids", self.segments[1] if self.align_source else 0),
                      labels,
                      kind,
-                     column("block", 0),
+                     column("step", 0),
                      extras,
                      dict(zip(kinds.tolist(), counts.tolist())))
 
@@ -294,7 +294,7 @@ class Objective:
                        cut(row.segment_ids, self.segments[0]),
                        cut(row.labels, -100),
                        cut(row.kind, PAD),
-                       cut(row.block, 0),
+                       cut(row.step, 0),
                        row.extras)
 
     # --- the loss ---------------------------------------------------------------------------------

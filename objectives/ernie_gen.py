@@ -215,7 +215,7 @@ def load_span_vocab(path, tokenizer):
 
 # --- Eq. 2-6 flow by flow: the naive computation --------------------------------------------------
 
-def separate_flows(model, input_ids, position_ids, segment_ids, kind, block):
+def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
     """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention, per
     layer.
 
@@ -241,18 +241,18 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, block):
     is_w = kind == PSEUDO                               # A_W
     is_s = kind == SPAN                                 # A_S
     x_kind = kind[is_x]
-    x_block = block[is_x]
+    x_step = step[is_x]
     # S' and T' inside X
     src = x_kind == CTX
     tgt = x_kind == ORIG
     # M_C (Eq. 2): every row of X sees S'; a T' token t_i also sees t_<=i
-    m_c = src[None, :] | (tgt[:, None] & tgt[None, :] & (x_block[None, :] <= x_block[:, None]))
+    m_c = src[None, :] | (tgt[:, None] & tgt[None, :] & (x_step[None, :] <= x_step[:, None]))
 
-    def m_gen(q_block):
-        """M_W (Eq. 3, q_block = i) and M_S (Eq. 4, q_block = b, the start of the query's span):
-        keys [X; A] -> S', t_<q_block, and the query itself (no other [ATTN])."""
-        seen = src[None, :] | (tgt[None, :] & (x_block[None, :] < q_block[:, None]))
-        return torch.cat([seen, torch.eye(len(q_block), dtype=torch.bool, device=kind.device)], 1)
+    def m_gen(q_step):
+        """M_W (Eq. 3, q_step = i) and M_S (Eq. 4, q_step = b, the start of the query's span):
+        keys [X; A] -> S', t_<q_step, and the query itself (no other [ATTN])."""
+        seen = src[None, :] | (tgt[None, :] & (x_step[None, :] < q_step[:, None]))
+        return torch.cat([seen, torch.eye(len(q_step), dtype=torch.bool, device=kind.device)], 1)
 
     def mh_attn_layer(blk, q_in, kv_in, mask):
         """One Transformer layer whose queries come from q_in and keys/values from kv_in
@@ -274,8 +274,8 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, block):
     x = e[is_x]
     a_w = e[is_w]
     a_s = e[is_s]
-    m_w = m_gen(block[is_w])
-    m_s = m_gen(block[is_s])
+    m_w = m_gen(step[is_w])
+    m_s = m_gen(step[is_s])
     for blk in model.blocks:
         # every flow reads the layer-l states of X
         x, a_w, a_s = (mh_attn_layer(blk, x, x, m_c),
@@ -398,14 +398,14 @@ class ErnieGenObjective(Objective):
                      segment_ids=[seg_s] * S + [seg_t] * 2 * m,
                      labels=[-100] * (S + m) + tgt_ids,       # labels: the clean T
                      kind=[CTX] * S + [ORIG] * m + [PSEUDO] * m,
-                     block=[0] * S + steps + steps)
+                     step=[0] * S + steps + steps)
         # span-by-span flow: [ATTN]_j carries its span's start
         if self.lam < 1:
             ex.input_ids += [attn] * m
             ex.position_ids += tgt_pos
             ex.segment_ids += [seg_t] * m
             ex.kind += [SPAN] * m
-            ex.block += [b + 1 for b, e in spans for _ in range(b, e)]
+            ex.step += [b + 1 for b, e in spans for _ in range(b, e)]
             ex.labels += tgt_ids
         return ex
 

@@ -15,13 +15,13 @@ input embedding is exactly 0.0 (not small: masked scores are -inf, so their soft
 gradient are exact zeros) if and only if no path of attention carries that input to the prediction.
 
 Which inputs a prediction must not depend on follows from the batch's own per-token description
-(kind, block; objectives/masks.py), not from its mask, so a wrong mask cannot hide its own mistake.
+(kind, step; objectives/masks.py), not from its mask, so a wrong mask cannot hide its own mistake.
 For a prediction at row i:
 
     row i is context (CTX)          it may not depend on any non-context input: the context is
                                     the corrupted text and nothing else (MLM, UniLMv2's L_AE,
                                     PALM's stage 1, a UniLM source)
-    row i is of step b (ORIG, PSEUDO, SPAN: the factorization step block[i] = b)
+    row i is of step b (ORIG, PSEUDO, SPAN: step[i] = b)
                                     it may not depend on an ORIG input of step >= b other than
                                     itself: the originals of its own and later steps hold its
                                     answer and the future
@@ -42,15 +42,15 @@ import torch
 from objectives.masks import CTX, ORIG, PAD
 
 
-def forbidden_inputs(kind, block, row):
-    """(L,) bool: the inputs the prediction at `row` of one example (kind, block: (L,)) may not
+def forbidden_inputs(kind, step, row):
+    """(L,) bool: the inputs the prediction at `row` of one example (kind, step: (L,)) may not
     depend on."""
     L = kind.size(0)
     j = torch.arange(L, device=kind.device)
     if kind[row] == CTX:
         bad = (kind != CTX) & (kind != PAD)
     else:
-        bad = (kind == ORIG) & (block >= block[row]) & (j != row)
+        bad = (kind == ORIG) & (step >= step[row]) & (j != row)
     return bad
 
 
@@ -128,7 +128,7 @@ def check(model, batch, examples=None, max_rows=None, attn_mask=None):
         rows = (batch.labels[b] != -100).nonzero().flatten().tolist()[:max_rows]
         grads = dependencies(model, batch, b, rows, attn_mask)
         if rows:
-            bad = torch.stack([forbidden_inputs(batch.kind[b], batch.block[b], r) for r in rows])
+            bad = torch.stack([forbidden_inputs(batch.kind[b], batch.step[b], r) for r in rows])
         else:
             bad = torch.zeros_like(grads, dtype=torch.bool)
         report.rows[b] = rows

@@ -9,21 +9,21 @@ ONE rule makes every mask of the project (`may_attend`), from two per-token vect
     kind   what the token is:
            CTX    context: the text every query may see (source, unmasked text, [M] slots)
            ORIG   a token of a left-to-right factorization: sees what came before it
-           PSEUDO a query token ([P], word-flow [ATTN]) predicting the ORIG of its block
+           PSEUDO a query token ([P], word-flow [ATTN]) predicting the ORIG of its step
            SPAN   a span-flow [ATTN] (ERNIE-GEN): sees what came before its span
            PAD    padding
-    block  the factorization step of ORIG / PSEUDO / SPAN tokens (1, 2, ...);
+    step   the factorization step of ORIG / PSEUDO / SPAN tokens (1, 2, ...);
            ignored for CTX and PAD
 
     a CTX query     sees  CTX
-    an ORIG query   sees  CTX + ORIG of blocks <= its own                      (the text so far)
-    a PSEUDO query  sees  CTX + ORIG of blocks <  its own + PSEUDO of its own block
-    a SPAN query    sees  CTX + ORIG of blocks <  its own + itself
+    an ORIG query   sees  CTX + ORIG of steps <= its own                      (the text so far)
+    a PSEUDO query  sees  CTX + ORIG of steps <  its own + PSEUDO of its own step
+    a SPAN query    sees  CTX + ORIG of steps <  its own + itself
 
 Because the rule reads only per-token vectors, a mask never has to be materialised on the CPU:
-`attention_mask` builds the dense (B, L, L) tensor wherever kind and block are (the GPU, for the
+`attention_mask` builds the dense (B, L, L) tensor wherever kind and step are (the GPU, for the
 naive and SDPA paths) and the FlexAttention path calls `may_attend` on single (query, key) pairs
-inside its kernel (model.py). The papers' masks are this rule with the right kinds and blocks; the
+inside its kernel (model.py). The papers' masks are this rule with the right kinds and steps; the
 builders below write each one out the way its paper draws it, and the tests hold every one equal to
 the rule:
 
@@ -43,9 +43,9 @@ import torch
 PAD, CTX, ORIG, PSEUDO, SPAN = 0, 1, 2, 3, 4
 
 
-def may_attend(q_kind, q_block, k_kind, k_block, same):
-    """The one rule, elementwise: may a query of (q_kind, q_block) attend a key of
-    (k_kind, k_block)?
+def may_attend(q_kind, q_step, k_kind, k_step, same):
+    """The one rule, elementwise: may a query of (q_kind, q_step) attend a key of
+    (k_kind, k_step)?
 
     The arguments broadcast against each other: (B, L, 1) queries against (B, 1, L) keys give the
     dense mask; scalars give one cell (FlexAttention's mask_mod). `same` says whether query and key
@@ -55,26 +55,26 @@ def may_attend(q_kind, q_block, k_kind, k_block, same):
     # everyone sees the context; the context sees only itself
     # (it never sees an appended or target token)
     sees_context = real_query & (k_kind == CTX)
-    # the text so far: an ORIG token sees the ORIG tokens of its own and earlier blocks
-    orig_sees_orig = (q_kind == ORIG) & (k_kind == ORIG) & (k_block <= q_block)
-    # a query token predicts the ORIG of its block: it sees only the EARLIER blocks
+    # the text so far: an ORIG token sees the ORIG tokens of its own and earlier steps
+    orig_sees_orig = (q_kind == ORIG) & (k_kind == ORIG) & (k_step <= q_step)
+    # a query token predicts the ORIG of its step: it sees only the EARLIER steps
     # (never its own answer)
     is_query = (q_kind == PSEUDO) | (q_kind == SPAN)
-    query_sees_orig = is_query & (k_kind == ORIG) & (k_block < q_block)
-    # the [P]s of one block are predicted together and see each other (UniLMv2 Figure 5)
-    pseudo_sees_block = (q_kind == PSEUDO) & (k_kind == PSEUDO) & (k_block == q_block)
+    query_sees_orig = is_query & (k_kind == ORIG) & (k_step < q_step)
+    # the [P]s of one step are predicted together and see each other (UniLMv2 Figure 5)
+    pseudo_sees_step = (q_kind == PSEUDO) & (k_kind == PSEUDO) & (k_step == q_step)
     # a span-flow [ATTN] sees only itself among the query tokens (ERNIE-GEN Figure 3d)
     span_sees_itself = (q_kind == SPAN) & same
-    return sees_context | orig_sees_orig | query_sees_orig | pseudo_sees_block | span_sees_itself
+    return sees_context | orig_sees_orig | query_sees_orig | pseudo_sees_step | span_sees_itself
 
 
-def attention_mask(kind, block):
-    """(B, L) kind and block -> (B, L, L) bool: may_attend for every (query, key) pair, on kind's
+def attention_mask(kind, step):
+    """(B, L) kind and step -> (B, L, L) bool: may_attend for every (query, key) pair, on kind's
     device."""
     L = kind.size(1)
     same = torch.eye(L, dtype=torch.bool, device=kind.device)[None]
-    return may_attend(kind[:, :, None], block[:, :, None],      # queries (B, L, 1)
-                      kind[:, None, :], block[:, None, :],      # keys (B, 1, L)
+    return may_attend(kind[:, :, None], step[:, :, None],       # queries (B, L, 1)
+                      kind[:, None, :], step[:, None, :],       # keys (B, 1, L)
                       same)
 
 
@@ -87,17 +87,17 @@ class MaskSpec(NamedTuple):
                  itself there (as the dense path's model does), so its softmax stays finite
     """
     kind: torch.Tensor        # (B, L)
-    block: torch.Tensor       # (B, L)
+    step: torch.Tensor        # (B, L)
 
     def dense(self):
-        return attention_mask(self.kind, self.block)
+        return attention_mask(self.kind, self.step)
 
     def mask_mod(self):
-        kind, block = self.kind, self.block
+        kind, step = self.kind, self.step
 
         def mod(b, h, q, k):
             q_kind = kind[b, q]
-            allowed = may_attend(q_kind, block[b, q], kind[b, k], block[b, k], q == k)
+            allowed = may_attend(q_kind, step[b, q], kind[b, k], step[b, k], q == k)
             return allowed | ((q_kind == PAD) & (q == k))
         return mod
 
@@ -167,12 +167,12 @@ def seq2seq(src_lengths, lengths, L):
 
 
 def unilm_kinds(lm, n, n_src=0):
-    """UniLM's four LMs in the rule's terms: (kind, block) lists for one sequence of n tokens.
+    """UniLM's four LMs in the rule's terms: (kind, step) lists for one sequence of n tokens.
 
         bidirectional   every token CTX                            everyone sees everyone
-        left_to_right   token i is ORIG of block i + 1             it sees j <= i
-        right_to_left   token i is ORIG of block n - i             it sees j >= i
-        seq2seq         the n_src source tokens CTX, target token t ORIG of block t + 1
+        left_to_right   token i is ORIG of step i + 1              it sees j <= i
+        right_to_left   token i is ORIG of step n - i              it sees j >= i
+        seq2seq         the n_src source tokens CTX, target token t ORIG of step t + 1
     The tests hold attention_mask(unilm_kinds(...)) equal to the four builders above.
     """
     if lm == "bidirectional":
@@ -188,8 +188,8 @@ def unilm_kinds(lm, n, n_src=0):
 
 # --- UniLMv2: pseudo-masked LM --------------------------------------------------------------------
 
-def pseudo_masked(kind, block):
-    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5), from per-token kinds and block
+def pseudo_masked(kind, step):
+    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5), from per-token kinds and step
     indices.
 
     kind (B, L):  CTX     the context part: unmasked tokens and the [M] tokens of the autoencoding
@@ -197,11 +197,11 @@ def pseudo_masked(kind, block):
                   ORIG    an appended original token of a masked block
                   PSEUDO  an appended pseudo token [P] of a masked block
                   PAD     padding
-    block (B, L): the factorization step r = 1..|M| of ORIG/PSEUDO tokens (ignored for CTX and PAD).
+    step (B, L):  the factorization step r = 1..|M| of ORIG/PSEUDO tokens (ignored for CTX and PAD).
 
       CTX query      sees CTX                         (the context never sees appended tokens)
-      ORIG of r      sees CTX + ORIG of blocks <= r   (the partially autoregressive context so far)
-      PSEUDO of r    sees CTX + ORIG of blocks < r + PSEUDO of r
+      ORIG of r      sees CTX + ORIG of steps <= r    (the partially autoregressive context so far)
+      PSEUDO of r    sees CTX + ORIG of steps < r + PSEUDO of r
                                                       (never its own originals: no explicit leakage;
                                                        CTX sees no ORIG: no implicit one)
 
@@ -214,10 +214,10 @@ def pseudo_masked(kind, block):
         x2         1  1  1  1  1  1 |  1  1  0  0  1  0
         P2         1  1  1  1  1  1 |  1  1  0  0  0  1
 
-    Seq2seq fine-tuning (section 3.4) is the same rule with every target token its own block:
-    source = CTX, target token j = ORIG of block j, its [P] = PSEUDO of block j.
+    Seq2seq fine-tuning (section 3.4) is the same rule with every target token its own step:
+    source = CTX, target token j = ORIG of step j, its [P] = PSEUDO of step j.
     """
-    return attention_mask(kind, block)
+    return attention_mask(kind, step)
 
 
 # --- ERNIE-GEN: multi-flow attention --------------------------------------------------------------
@@ -225,20 +225,20 @@ def pseudo_masked(kind, block):
 # ERNIE-GEN names: source S' = CTX, noised target T' = ORIG, word-by-word [ATTN] = PSEUDO,
 # span-by-span [ATTN] = SPAN
 
-def multi_flow(kind, block):
+def multi_flow(kind, step):
     """ERNIE-GEN's three flows as ONE mask over the sequence [S'; T'; A_W; A_S]
     (section 3.3, Eq. 2-6, Fig. 3d).
 
     kind (B, L): CTX (source S'), ORIG (target T'), PSEUDO (word-flow [ATTN]), SPAN (span-flow
     [ATTN]), PAD.
-    block (B, L): for ORIG and PSEUDO the target index i = 1..|T|; for SPAN the index b of its
-    span's first target token (a span [b, e) has e - b [ATTN] tokens, all with block b).
+    step (B, L): for ORIG and PSEUDO the target index i = 1..|T|; for SPAN the index b of its
+    span's first target token (a span [b, e) has e - b [ATTN] tokens, all with step b).
 
       contextual flow M_C:  S' sees S';  T'_i sees S' + T'_<=i    (never an [ATTN] row: Eq. 5 holds)
       word flow M_W:        [ATTN]_i sees S' + T'_<i + itself
       span flow M_S:        [ATTN]_j (j in [b, e)) sees S' + T'_<b + itself
 
-    Example: S' = s1 s2, T' = t1 t2 t3, spans {t1} (block 1) and {t2, t3} (both block 2):
+    Example: S' = s1 s2, T' = t1 t2 t3, spans {t1} (step 1) and {t2, t3} (both step 2):
                   s1 s2 t1 t2 t3 | W1 W2 W3 | S1 S2 S3
         s1, s2     1  1  0  0  0 |  0  0  0 |  0  0  0
         t1         1  1  1  0  0 |  0  0  0 |  0  0  0
@@ -251,4 +251,4 @@ def multi_flow(kind, block):
         S2 (b=2)   1  1  1  0  0 |  0  0  0 |  0  1  0
         S3 (b=2)   1  1  1  0  0 |  0  0  0 |  0  0  1
     """
-    return attention_mask(kind, block)
+    return attention_mask(kind, step)

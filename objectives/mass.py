@@ -27,14 +27,14 @@ token:
     position   0 .. 9                       |  3    4  5  6   the span part sits at the span's own
                                             |                 positions
     segment    0                            |  1              (as the decoder does in fine-tuning)
-    kind       CTX                          |  ORIG, blocks 1..4
+    kind       CTX                          |  ORIG, steps 1..4
                                             |                 (row t sees the context + rows <= t)
     predicts   -                            |  x3   x4 x5 x6  next-token prediction
 
 The context is the encoder: bidirectional over the masked passage, and it never sees the span part
 (CTX sees only CTX). The span part is the decoder: its row t holds the span's token t-1 (the first
 row the start symbol) at the position of token t, and predicts token t. Each row is ORIG of its own
-block (step), so it sees the context and the rows before it: UniLM's seq2seq mask, and PALM's
+step, so it sees the context and the rows before it: UniLM's seq2seq mask, and PALM's
 continuation, with the encoder's text holed.
 
 Why this layout (the decisions):
@@ -85,7 +85,7 @@ def span_layout(tokens, u, k, sos, eos, mask, segments=(0, 1)):
         segment_ids=[segments[0]] * (n + 2) + [segments[1]] * k,
         labels=[-100] * (n + 2) + span,                 # row t predicts span token t
         kind=[CTX] * (n + 2) + [ORIG] * k,
-        block=[0] * (n + 2) + list(range(1, k + 1)),    # row t sees rows <= t only
+        step=[0] * (n + 2) + list(range(1, k + 1)),    # row t sees rows <= t only
     )
 
 
@@ -138,7 +138,7 @@ class MassObjective(Objective):
                        segment_ids=[self.segments[0]] * S + [self.segments[1]] * T,
                        labels=[-100] * S + tgt + [eos],         # row t predicts y_t ([EOS] last)
                        kind=[CTX] * S + [ORIG] * T,
-                       block=[0] * S + list(range(1, T + 1)))
+                       step=[0] * S + list(range(1, T + 1)))
 
     # --- loss -------------------------------------------------------------------------------------
 

@@ -216,7 +216,7 @@ class PalmObjective(Objective):
         S = len(ctx) + 2
         ex = Example(input_ids=[sos] + ctx + [eos], position_ids=list(range(S)),
                      segment_ids=[self.segments[0]] * S, labels=[-100] + ctx_labels + [-100],
-                     kind=[CTX] * S, block=[0] * S)
+                     kind=[CTX] * S, step=[0] * S)
         if cont is not None:
             T = len(cont) + 1
             ex.input_ids += [sos] + cont
@@ -225,7 +225,7 @@ class PalmObjective(Objective):
             ex.labels += cont + [eos]
             # the seq2seq mask: continuation row t sees the context and rows <= t
             ex.kind += [ORIG] * T
-            ex.block += list(range(1, T + 1))
+            ex.step += list(range(1, T + 1))
         return ex
 
     def make_batch(self, examples, rng):

@@ -142,7 +142,7 @@ def pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, ps
     """
     n = len(tokens)
     out = Example(input_ids=list(context), position_ids=list(range(n)), segment_ids=list(segments),
-                  labels=[-100] * n, kind=[CTX] * n, block=[0] * n)
+                  labels=[-100] * n, kind=[CTX] * n, step=[0] * n)
     for p in ae_positions:
         out.labels[p] = tokens[p]                       # Eq. 3: predicted at the [M] slot
     for r, blk in enumerate(par_blocks, start=1):
@@ -154,7 +154,7 @@ def pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, ps
                 # Eq. 5: predicted at its [P]
                 out.labels.append(tokens[p] if kind == PSEUDO else -100)
                 out.kind.append(kind)
-                out.block.append(r)
+                out.step.append(r)
     return out
 
 
@@ -303,7 +303,7 @@ class PMLMObjective(Objective):
             segment_ids=[self.segments[0]] * S + [self.segments[1]] * 2 * T,
             labels=[-100] * (S + T) + target,                         # loss on the [P]s only
             kind=[CTX] * S + [ORIG] * T + [PSEUDO] * T,
-            block=[0] * S + steps + steps,
+            step=[0] * S + steps + steps,
         )
 
     # --- Eq. 7 ------------------------------------------------------------------------------------

@@ -149,15 +149,15 @@ class UniLMObjective(Objective):
         return inputs, labels
 
     def _example(self, tokens, n_src, lm, labels_from, rng, span_prob, nsp_label=None):
-        """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and blocks, and the
+        """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and steps, and the
         cloze."""
         first, second = SEGMENT_IDS[lm]
         segments = [first] * n_src + [second] * (len(tokens) - n_src)
         candidates, n_pred = labels_from
         inputs, labels = self._cloze(tokens, candidates, n_pred, rng, span_prob)
-        kind, block = unilm_kinds(lm, len(tokens), n_src)
+        kind, step = unilm_kinds(lm, len(tokens), n_src)
         extras = {} if nsp_label is None else {"nsp_labels": nsp_label}
-        return Example(inputs, list(range(len(tokens))), segments, labels, kind, block, extras)
+        return Example(inputs, list(range(len(tokens))), segments, labels, kind, step, extras)
 
     # --- pre-training: one passage -> one LM's example --------------------------------------------
 

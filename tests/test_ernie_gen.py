@@ -144,7 +144,7 @@ def test_no_leakage_by_autograd(tok, passages, impl):
     model = tiny_model(len(tok), attn_impl=impl)
     n_checked = 0
     for b in range(batch.input_ids.size(0)):
-        k, blk = batch.kind[b], batch.block[b]       # block: target index / span start
+        k, blk = batch.kind[b], batch.step[b]       # step: target index / span start
         m = int((k == ORIG).sum())
         assert blk[k == ORIG].tolist() == blk[k == PSEUDO].tolist() == list(range(1, m + 1))
         span_start = blk[k == SPAN]
@@ -175,14 +175,14 @@ def test_one_sequence_equals_separate_flows(tok, passages, impl):
         for b, ex in enumerate(examples):
             t = lambda key: torch.tensor(getattr(ex, key))
             x, a_w, a_s = separate_flows(model, t("input_ids"), t("position_ids"), t("segment_ids"), t("kind"),
-                                          t("block"))
+                                          t("step"))
             k = batch.kind[b]
             real = (k == CTX) | (k == ORIG)
             torch.testing.assert_close(h[b][real], x, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(h[b][k == PSEUDO], a_w, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(h[b][k == SPAN], a_s, rtol=1e-5, atol=1e-5)
             assert len(a_s) == len(a_w) > 0
-            assert (t("block")[t("kind") == SPAN] < t("block")[t("kind") == PSEUDO]).any()    # multi-token spans
+            assert (t("step")[t("kind") == SPAN] < t("step")[t("kind") == PSEUDO]).any()    # multi-token spans
 
 
 # --- 3.1 fragments, 3.2 noise ----------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_spans_are_cut_in_the_noised_target(toy):
     batch = pre.make_batch([[clean]] * 12, random.Random(0))
     for b in range(12):
         k = batch.kind[b]
-        noised, starts = batch.input_ids[b][k == ORIG].tolist(), batch.block[b][k == SPAN].tolist()
+        noised, starts = batch.input_ids[b][k == ORIG].tolist(), batch.step[b][k == SPAN].tolist()
         want, f0 = [], 0
         for run in fragments_of(batch, b):                   # spans never cross a fragment boundary
             want += [(f0 + s, f0 + e) for s, e in greedy_spans(noised[f0:f0 + len(run)], cont, vocab.ngrams)]
@@ -300,7 +300,7 @@ def test_spans_are_cut_in_the_noised_target(toy):
     n_long = 0
     for b in range(8):
         k = batch.kind[b]
-        noised, starts = batch.input_ids[b][k == ORIG].tolist(), batch.block[b][k == SPAN].tolist()
+        noised, starts = batch.input_ids[b][k == ORIG].tolist(), batch.step[b][k == SPAN].tolist()
         want = greedy_spans(noised[:-1], cont, vocab.ngrams) + [(60, 61)]
         assert starts == [s + 1 for s, e in want for _ in range(s, e)]
         n_long += sum(e - s > 1 for s, e in want)

@@ -325,18 +325,18 @@ def test_length_penalty_decides_between_short_and_long():
     assert search(table, beam=0, alpha=0.0)[0][0][0][0] == [A, B_]
 
 
-def test_block_forbids_repeated_trigram_unless_it_holds_an_ignore_word():
+def test_ban_tokens_forbids_repeated_trigram_unless_it_holds_an_ignore_word():
     logp = torch.zeros(3, len(TOK))
     tgt = torch.tensor([[A, B_, C, A, B_], [A, DOT, B_, A, DOT], [C, A, B_, C, A]])
-    G.block(logp, tgt, 5, EOS, 0, torch.tensor([], dtype=torch.long), 3, torch.tensor([DOT]))
+    G.ban_tokens(logp, tgt, 5, EOS, 0, torch.tensor([], dtype=torch.long), 3, torch.tensor([DOT]))
     assert logp[0, C] == -math.inf and (logp[0] == 0).sum() == len(TOK) - 1     # "a b c" again
     assert (logp[1] == 0).all()                                                  # "a . b" holds "."
     assert logp[2, B_] == -math.inf and (logp[2] == 0).sum() == len(TOK) - 1    # "c a b" again
     logp = torch.zeros(3, len(TOK))
-    G.block(logp, tgt, 5, EOS, 0, torch.tensor([], dtype=torch.long), 3, None)  # no ignore words
+    G.ban_tokens(logp, tgt, 5, EOS, 0, torch.tensor([], dtype=torch.long), 3, None)  # no ignore words
     assert logp[1, B_] == -math.inf
     logp = torch.zeros(1, len(TOK))
-    G.block(logp, tgt[:1], 5, EOS, 6, torch.tensor([0, 2]), 0, None)         # min_len, banned ids, no n-grams
+    G.ban_tokens(logp, tgt[:1], 5, EOS, 6, torch.tensor([0, 2]), 0, None)         # min_len, banned ids, no n-grams
     assert logp[0, [EOS, 0, 2]].eq(-math.inf).all() and (logp[0] == 0).sum() == len(TOK) - 3
 
 

@@ -16,31 +16,31 @@ TASKS = [("unilm", "pretrain"), ("unilm", "seq2seq"), ("pmlm", "pretrain"), ("pm
 @pytest.mark.parametrize("lm", ["bidirectional", "left_to_right", "right_to_left", "seq2seq"])
 def test_the_rule_makes_unilms_four_masks(lm):
     for n, n_src, L in [(1, 1, 1), (5, 2, 5), (7, 3, 9), (12, 12, 12), (9, 1, 11)]:
-        kind, block = masks.unilm_kinds(lm, n, n_src)
+        kind, step = masks.unilm_kinds(lm, n, n_src)
         kind = torch.tensor(kind + [PAD] * (L - n))[None]
-        block = torch.tensor(block + [0] * (L - n))[None]
+        step = torch.tensor(step + [0] * (L - n))[None]
         built = {"bidirectional": lambda: masks.bidirectional([n], L),
                  "left_to_right": lambda: masks.left_to_right([n], L),
                  "right_to_left": lambda: masks.right_to_left([n], L),
                  "seq2seq": lambda: masks.seq2seq([n_src], [n], L)}[lm]()
-        assert torch.equal(masks.attention_mask(kind, block), built), (lm, n, n_src, L)
+        assert torch.equal(masks.attention_mask(kind, step), built), (lm, n, n_src, L)
 
 
 def test_the_rule_cell_by_cell_for_every_kind():
-    # one sequence with one token of each kind: CTX, ORIG of blocks 1 and 2, PSEUDO of blocks 1, 1 and 2,
-    # SPAN of blocks 2 and 2, PAD
+    # one sequence with one token of each kind: CTX, ORIG of steps 1 and 2, PSEUDO of steps 1, 1 and 2,
+    # SPAN of steps 2 and 2, PAD
     kind = torch.tensor([[CTX, ORIG, ORIG, PSEUDO, PSEUDO, PSEUDO, SPAN, SPAN, PAD]])
-    block = torch.tensor([[0, 1, 2, 1, 1, 2, 2, 2, 0]])
+    step = torch.tensor([[0, 1, 2, 1, 1, 2, 2, 2, 0]])
     want = ["100000000",     # CTX: the context only
             "110000000",     # ORIG 1: context + ORIG <= 1
             "111000000",     # ORIG 2: context + ORIG <= 2
-            "100110000",     # PSEUDO 1: context + the PSEUDO of block 1
+            "100110000",     # PSEUDO 1: context + the PSEUDO of step 1
             "100110000",
-            "110001000",     # PSEUDO 2: context + ORIG < 2 + its block's PSEUDO (itself)
+            "110001000",     # PSEUDO 2: context + ORIG < 2 + its step's PSEUDO (itself)
             "110000100",     # SPAN 2: context + ORIG < 2 + itself (not its span-mate)
             "110000010",
             "000000000"]     # PAD sees nothing
-    got = ["".join(str(int(v)) for v in row) for row in masks.attention_mask(kind, block)[0].tolist()]
+    got = ["".join(str(int(v)) for v in row) for row in masks.attention_mask(kind, step)[0].tolist()]
     assert got == want
     # elementwise on scalars: one cell, as FlexAttention's mask_mod calls it
     assert bool(masks.may_attend(torch.tensor(PSEUDO), torch.tensor(2), torch.tensor(ORIG), torch.tensor(1),

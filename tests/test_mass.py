@@ -46,7 +46,7 @@ def test_figure_1_written_out(tok):
     assert ex.position_ids == list(range(10)) + [3, 4, 5, 6]          # the row at x_p's position predicts x_p
     assert ex.segment_ids == [0] * 10 + [1] * 4
     assert ex.labels == [-100] * 10 + [13, 14, 15, 16]
-    assert ex.kind == [CTX] * 10 + [ORIG] * 4 and ex.block == [0] * 10 + [1, 2, 3, 4]
+    assert ex.kind == [CTX] * 10 + [ORIG] * 4 and ex.step == [0] * 10 + [1, 2, 3, 4]
     mask = get_objective("mass", tok).collate([ex]).attn_mask[0]
     want = torch.zeros(14, 14, dtype=torch.bool)
     want[:, :10] = True                                                  # everyone sees the (holed) passage
@@ -73,7 +73,7 @@ def test_seq2seq_layout_written_out(tok):
     assert batch.segment_ids.tolist() == [[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 0, 0, 0]]
     assert batch.labels.tolist() == [[-100] * 4 + [31, 32, E], [-100] * 3 + [E, -100, -100, -100]]
     assert batch.kind.tolist() == [[CTX] * 4 + [ORIG] * 3, [CTX] * 3 + [ORIG] + [masks.PAD] * 3]
-    assert batch.block.tolist() == [[0] * 4 + [1, 2, 3], [0, 0, 0, 1, 0, 0, 0]]
+    assert batch.step.tolist() == [[0] * 4 + [1, 2, 3], [0, 0, 0, 1, 0, 0, 0]]
     assert torch.equal(batch.attn_mask[0], masks.seq2seq([4], [7], 7)[0])
 
 

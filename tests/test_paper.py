@@ -140,8 +140,8 @@ def test_pmlm_batches_measured(tok, passages):
     # Algorithm 1: masking stops once >= 15% of the text is masked (one block past it at most)
     assert min(ratios) >= 0.15 and sum(ratios) / len(ratios) < 0.19
     # Algorithm 1: blocks of 1 to 6 tokens, a 6-gram among them
-    sizes = [int((batch.kind[b] == ORIG).logical_and(batch.block[b] == r).sum())
-             for b in range(len(batch)) for r in batch.block[b][batch.kind[b] == ORIG].unique().tolist()]
+    sizes = [int((batch.kind[b] == ORIG).logical_and(batch.step[b] == r).sum())
+             for b in range(len(batch)) for r in batch.step[b][batch.kind[b] == ORIG].unique().tolist()]
     assert min(sizes) == 1 and max(sizes) == 6
     # 4.1: 80% [MASK], 10% random, 10% kept, at the masked positions
     shares, n = corruption_shares(batch, ae, tok.mask_id)

@@ -64,7 +64,7 @@ def test_paper_example_equals_figure_5(tok):
     # L_AE at the [M] slots (Eq. 3), L_PAR at the [P]s (Eq. 5); appended originals predict nothing
     assert batch.labels[0].tolist() == [-100, 12, -100, 14, 15, -100, -100, -100, 14, 15, -100, 12]
     assert batch.attn_mask[0].int().tolist() == FIGURE_5
-    assert torch.equal(batch.attn_mask[0], masks.pseudo_masked(batch.kind, batch.block)[0])
+    assert torch.equal(batch.attn_mask[0], masks.pseudo_masked(batch.kind, batch.step)[0])
 
 
 def test_a_kept_slot_leaves_the_par_factorization(tok):
@@ -76,7 +76,7 @@ def test_a_kept_slot_leaves_the_par_factorization(tok):
     assert batch.input_ids[0].tolist() == [11, M, 13, M, 15, 16, 14, P, 12, P]
     assert batch.position_ids[0].tolist() == [0, 1, 2, 3, 4, 5, 3, 3, 1, 1]
     assert batch.labels[0].tolist() == [-100, 12, -100, 14, 15, -100, -100, 14, -100, 12]
-    assert batch.block[0].tolist() == [0] * 6 + [1, 1, 2, 2]
+    assert batch.step[0].tolist() == [0] * 6 + [1, 1, 2, 2]
 
 
 def test_appended_order_does_not_matter(tok, passages):
@@ -88,7 +88,7 @@ def test_appended_order_does_not_matter(tok, passages):
     n, L = row.kind.count(CTX), len(row.kind)
     perm = list(range(n)) + [n + i for i in torch.randperm(L - n, generator=torch.Generator().manual_seed(0)).tolist()]
     shuffled = Example(*([getattr(row, k)[i] for i in perm] for k in
-                         ("input_ids", "position_ids", "segment_ids", "labels", "kind", "block")))
+                         ("input_ids", "position_ids", "segment_ids", "labels", "kind", "step")))
     a, b = obj.collate([row]), obj.collate([shuffled])
     h_a = model(a.input_ids, a.position_ids, a.segment_ids, a.attn_mask)
     h_b = model(b.input_ids, b.position_ids, b.segment_ids, b.attn_mask)
@@ -104,10 +104,10 @@ def test_no_leakage_by_autograd(tok, passages, seed):
     obj = pmlm(tok)
     model = tiny_model(len(tok), n_layer=3, rel_pos_buckets=32)
     batch = draw(obj, passages["valid"], seed, size=3)
-    kind, block = batch.kind, batch.block
+    kind, step = batch.kind, batch.step
     n_par = n_earlier = 0
     for b in range(batch.input_ids.size(0)):
-        k, blk = kind[b], block[b]
+        k, blk = kind[b], step[b]
         for row in (batch.labels[b] != -100).nonzero().flatten().tolist():
             g = input_gradients(model, batch, b, row)
             if k[row] == PSEUDO:
@@ -149,18 +149,18 @@ def test_no_par_query_can_reach_its_own_or_a_future_original(tok, passages):
     for seed in range(25):
         batch = draw(obj, passages["train"], seed, size=8)
         reach = reachable(batch.attn_mask, 4)      # the longest path is [P] -> earlier original -> context
-        kind, block, ids, pos = batch.kind, batch.block, batch.input_ids, batch.position_ids
+        kind, step, ids, pos = batch.kind, batch.step, batch.input_ids, batch.position_ids
         for b in range(ids.size(0)):
             orig = {int(p): int(t) for p, t, k in zip(pos[b], ids[b], kind[b]) if k == ORIG}     # position -> x_p
-            step = {int(p): int(r) for p, r, k in zip(pos[b], block[b], kind[b]) if k == ORIG}
+            step_at = {int(p): int(r) for p, r, k in zip(pos[b], step[b], kind[b]) if k == ORIG}
             # every masked slot is [M], a random draw or kept; kept ones have no appended original
             for p in (batch.labels[b] != -100).logical_and(kind[b] == CTX).nonzero().flatten().tolist():
                 t, x = int(ids[b, p]), int(batch.labels[b, p])
                 how["mask" if t == tok.mask_id else "random" if t >= len(tok) else "kept" if t == x else "??"] += 1
                 assert (t == x) == (p not in orig)
             for q in (kind[b] == PSEUDO).nonzero().flatten().tolist():
-                i = int(block[b, q])
-                secret = {p: x for p, x in orig.items() if step[p] >= i}     # originals of blocks i, i+1, ...
+                i = int(step[b, q])
+                secret = {p: x for p, x in orig.items() if step_at[p] >= i}     # originals of steps i, i+1, ...
                 seen = reach[b, q].nonzero().flatten().tolist()
                 assert not [j for j in seen if secret.get(int(pos[b, j])) == int(ids[b, j])], (seed, b, q)
             for q in ((batch.labels[b] != -100) & (kind[b] == CTX)).nonzero().flatten().tolist():
@@ -326,9 +326,9 @@ def test_seq2seq_no_leakage_by_autograd(tok, pairs):
     obj = get_objective("pmlm", tok, task="seq2seq")
     model = tiny_model(len(tok), n_layer=3, rel_pos_buckets=32)
     batch = draw(obj, pairs["valid"], 0, size=2)
-    kind, block = batch.kind, batch.block
+    kind, step = batch.kind, batch.step
     for b in range(2):
-        k, blk = kind[b], block[b]
+        k, blk = kind[b], step[b]
         for q in (k == PSEUDO).nonzero().flatten().tolist():
             j = blk[q]
             g = input_gradients(model, batch, b, q)
