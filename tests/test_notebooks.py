@@ -11,14 +11,53 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXPECTED = ["decoding.ipynb", "ernie_gen.ipynb", "masks.ipynb", "palm.ipynb", "pmlm.ipynb", "wordpiece.ipynb"]
+# the reading order is the file names' order; the study's notebook comes last (written with the study)
+EXPECTED = ["01_wordpiece.ipynb", "02_masks.ipynb", "03_pmlm.ipynb", "04_ernie_gen.ipynb", "05_palm.ipynb",
+            "06_decoding.ipynb"]
+STUDY = "07_study.ipynb"
+ORDER = EXPECTED + [STUDY]
 
 
-def test_the_six_notebooks_exist_and_the_readme_lists_them():
-    assert [p.name for p in NOTEBOOKS] == EXPECTED
+def test_the_notebooks_are_numbered_and_the_readme_lists_them_in_order():
+    names = [p.name for p in NOTEBOOKS]
+    assert names in (EXPECTED, ORDER), names
     readme = (ROOT / "README.md").read_text()
-    for name in EXPECTED:
-        assert f"notebooks/{name}" in readme, name
+    where = [readme.index(f"notebooks/{name}") for name in ORDER]
+    assert where == sorted(where), "the README lists the notebooks out of order"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_every_notebook_ends_by_naming_the_next_one(name):
+    nb = json.loads((ROOT / "notebooks" / name).read_text())
+    last = nb["cells"][-1]
+    text = "".join(last["source"])
+    assert last["cell_type"] == "markdown" and "Next:" in text, f"{name} does not end with 'Next:'"
+    following = ORDER[ORDER.index(name) + 1]
+    assert following in text.split("Next:")[-1], f"{name}'s 'Next:' does not name {following}"
+
+
+def test_a_missing_checkpoint_is_announced_first_with_the_command_that_builds_it(tmp_path, monkeypatch, capsys):
+    """A notebook opened on a fresh clone: its first output names the missing file and the command."""
+    import sys
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import common
+    runs = []
+    monkeypatch.setattr(common, "CACHE", tmp_path)
+    monkeypatch.setattr(common, "MAIN_JOB", tmp_path / "out" / "pmlm-pretrain" / "ckpt.pt")
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    monkeypatch.setattr(common, "run", lambda args: runs.append(args))
+    path = common.tiny_checkpoint("palm", "lead")
+    lines = capsys.readouterr().out.splitlines()
+    assert "out/pmlm-pretrain/ckpt.pt is missing" in lines[0] and "python notebooks/common.py" in lines[1]
+    assert any("palm-lead/ckpt.pt is missing" in line for line in lines[2:])
+    # the main job exactly as the README runs it, then the fine-tuning from it on the lead task
+    assert runs[0][:2] == ["--objective", "pmlm"] and "--max_steps" not in runs[0]
+    fine_tune = dict(zip(runs[1][::2], runs[1][1::2]))
+    assert fine_tune["--objective"] == "palm" and fine_tune["--init_from"] == str(common.MAIN_JOB)
+    assert fine_tune["--out_dir"] == str(path.parent)
+    # the task file: each target is its source's first sentence
+    rows = [json.loads(line) for line in Path(fine_tune["--data"]).read_text().splitlines()]
+    assert len(rows) > 1000 and all(r["src"].startswith(r["tgt"]) for r in rows)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
