@@ -74,27 +74,56 @@ def lead_task_file():
 
 
 def tiny_checkpoint(objective="pmlm", task="pretrain"):
-    """Path of the main job's checkpoint (task "pretrain"), or of `objective` fine-tuned on the lead task."""
+    """Path of the main job's checkpoint (task "pretrain"), or of `objective` fine-tuned on the lead task.
+
+    Built when missing, and rebuilt when it no longer fits the code or (fine-tuned) its recipe or the main job
+    changed since, so that `python notebooks/execute.py --save` always refreshes the notebooks from scratch.
+    """
     if task == "pretrain":
-        if not MAIN_JOB.exists():
+        if not fits(MAIN_JOB):
             announce(MAIN_JOB, "the README's main job, about 4.5 min on 2 CPU cores")
-            run(["--objective", "pmlm", "--out_dir", str(MAIN_JOB.parent)])
+            run(["--objective", "pmlm", "--out_dir", str(MAIN_JOB.parent), "--overwrite", "true"])
         return MAIN_JOB
     if task != "lead":
         raise ValueError(f"task {task!r}: the notebooks use 'pretrain' or 'lead'")
     out = CACHE / "notebooks" / f"{objective}-lead"
-    if not (out / "ckpt.pt").exists():
-        pretrained = tiny_checkpoint("pmlm")
-        announce(out / "ckpt.pt", f"{FINETUNE_STEPS[objective]} steps of fine-tuning, 1-2 min on 2 CPU cores")
-        run(["--objective", objective, "--task", "seq2seq", "--data", str(lead_task_file()),
-             "--init_from", str(pretrained), "--max_steps", str(FINETUNE_STEPS[objective]),
-             "--out_dir", str(out), "--overwrite", "true"] + QUIET)
+    pretrained = tiny_checkpoint("pmlm")
+    args = ["--objective", objective, "--task", "seq2seq", "--data", str(lead_task_file()),
+            "--init_from", str(pretrained), "--max_steps", str(FINETUNE_STEPS[objective]),
+            "--out_dir", str(out), "--overwrite", "true"]
+    # what the checkpoint was made from: these settings and this main job
+    recipe = json.dumps({"args": args, "pretrained": pretrained.stat().st_mtime_ns})
+    stamp = out / "recipe.json"
+    if not (fits(out / "ckpt.pt") and stamp.exists() and stamp.read_text() == recipe):
+        announce(out / "ckpt.pt", f"{FINETUNE_STEPS[objective]} steps of fine-tuning, a few CPU minutes")
+        run(args + QUIET)
+        stamp.write_text(recipe)
     return out / "ckpt.pt"
+
+
+def fits(path):
+    """Whether a checkpoint exists and loads into this code's model."""
+    import generate
+    import utils
+    if not path.exists():
+        return False
+    try:
+        generate.load_checkpoint(path)
+    except utils.UsageError:
+        return False
+    return True
+
+
+def prepare():
+    """Build every checkpoint the notebooks read (what `python notebooks/common.py` runs)."""
+    for name in ("palm", "ernie_gen"):
+        print(f"{name}: {tiny_checkpoint(name, 'lead').relative_to(ROOT)}", flush=True)
 
 
 def announce(path, what):
     # a notebook's first output says what is missing and which command builds everything at once
-    print(f"{path.relative_to(ROOT)} is missing: building it now ({what}).\n"
+    state = "is missing" if not path.exists() else "is out of date"
+    print(f"{path.relative_to(ROOT)} {state}: building it now ({what}).\n"
           f"`{PREPARE}` builds every checkpoint the notebooks read, once.", flush=True)
 
 
@@ -129,19 +158,20 @@ def heatmap(ax, matrix, rows=None, cols=None, title=None, cmap="Blues", vmax=Non
     return image
 
 
-def mask_legend(ax, loc="upper right"):
-    """The legend of a boolean mask drawn by heatmap: dark = may attend, white = may not."""
-    from matplotlib.patches import Patch
+def mask_legend(where):
+    """The key of a boolean mask drawn by heatmap (dark = may attend), beside an axes or atop a figure."""
     from matplotlib import colormaps
-    dark = colormaps["Blues"](1.0)
-    ax.legend(handles=[Patch(facecolor=dark, label="may attend"),
-                       Patch(facecolor="white", edgecolor="grey", label="may not")],
-              fontsize=7, loc=loc, framealpha=0.9)
+    from matplotlib.patches import Patch
+    handles = [Patch(facecolor=colormaps["Blues"](1.0), label="may attend"),
+               Patch(facecolor="white", edgecolor="grey", label="may not")]
+    if hasattr(where, "add_subplot"):                    # a figure: top right, above the panels
+        where.legend(handles=handles, fontsize=7, loc="upper right", frameon=False)
+    else:                                                # an axes: outside its right edge
+        where.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
 if __name__ == "__main__":
     # every checkpoint the notebooks read, built once (the README's notebook commands run this first)
     t0 = time.time()
-    for name in ("palm", "ernie_gen"):
-        print(f"{name}: {tiny_checkpoint(name, 'lead')}", flush=True)
+    prepare()
     print(f"the notebooks' checkpoints are ready ({time.time() - t0:.0f} s)")

@@ -1,9 +1,12 @@
 """Execute the notebooks from a clean state and fail on the first error (what CI runs).
 
-    python notebooks/execute.py                    # every notebook: runs, times, checks the 90 s budget
-    python notebooks/execute.py masks.ipynb --save # re-execute and write the outputs back (for authors)
+    python notebooks/execute.py                         # every notebook: runs, times, checks the 90 s budget
+    python notebooks/execute.py --save                  # re-execute every notebook and write the outputs back
+    python notebooks/execute.py 02_masks.ipynb --save   # one notebook
 
-Each notebook runs in notebooks/ with a fresh kernel; without --save nothing in the repository changes.
+First the checkpoints the notebooks read are built or refreshed (common.prepare: missing, out of date, or no
+longer fitting the code), outside the budget; then each notebook runs in notebooks/ with a fresh kernel. Without
+--save nothing in the repository changes.
 """
 import argparse
 import sys
@@ -33,6 +36,12 @@ def main():
     ap.add_argument("--save", action="store_true", help="write the executed outputs back into the notebooks")
     args = ap.parse_args()
     paths = [HERE / n for n in args.notebooks] or sorted(HERE.glob("*.ipynb"))
+    missing = [p.name for p in paths if not p.exists()]
+    if missing:
+        sys.exit(f"execute.py: error: no such notebook under notebooks/: {', '.join(missing)}")
+    sys.path.insert(0, str(HERE))
+    import common
+    common.prepare()
     slow = []
     for path in paths:
         seconds = execute(path, args.save)

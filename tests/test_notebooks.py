@@ -42,10 +42,18 @@ def test_a_missing_checkpoint_is_announced_first_with_the_command_that_builds_it
     sys.path.insert(0, str(ROOT / "notebooks"))
     import common
     runs = []
+
+    def train(args):
+        # stands in for `python train.py ARGS`: records them, leaves a (not loadable) checkpoint file
+        runs.append(args)
+        out = Path(args[args.index("--out_dir") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ckpt.pt").write_bytes(b"stand-in")
+
     monkeypatch.setattr(common, "CACHE", tmp_path)
     monkeypatch.setattr(common, "MAIN_JOB", tmp_path / "out" / "pmlm-pretrain" / "ckpt.pt")
     monkeypatch.setattr(common, "ROOT", tmp_path)
-    monkeypatch.setattr(common, "run", lambda args: runs.append(args))
+    monkeypatch.setattr(common, "run", train)
     path = common.tiny_checkpoint("palm", "lead")
     lines = capsys.readouterr().out.splitlines()
     assert "out/pmlm-pretrain/ckpt.pt is missing" in lines[0] and "python notebooks/common.py" in lines[1]
