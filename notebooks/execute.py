@@ -38,7 +38,8 @@ def main():
     paths = [HERE / n for n in args.notebooks] or sorted(HERE.glob("*.ipynb"))
     missing = [p.name for p in paths if not p.exists()]
     if missing:
-        sys.exit(f"execute.py: error: no such notebook under notebooks/: {', '.join(missing)}")
+        print(f"execute.py: error: no such notebook under notebooks/: {', '.join(missing)}", file=sys.stderr)
+        sys.exit(2)
     sys.path.insert(0, str(HERE))
     import common
     common.prepare()
