@@ -12,8 +12,8 @@ serves every notebook, and each objective fine-tunes it with its own recipe, as 
 fine-tuned checkpoints live in .cache/notebooks/ at the repository root.
 
 The notebooks' generation task is the LEAD-SENTENCE task: a docstring body -> its first sentence. It is
-the embedded docsum task's sources with an easier target, small enough for the tiny model to master in a
-few CPU minutes (the real summaries are not: README, "Fine-tune, generate, evaluate"). A notebook opened
+the embedded docsum task's sources with an easier target, which PALM's tiny model learns in 300 fine-tuning
+steps (the real summaries it does not: README, "Fine-tune, generate, evaluate"). A notebook opened
 before its checkpoint exists says so in its first output, names this file's command, and builds it.
 Left out: any training recipe of its own (train.py's flags only), GPU-sized checkpoints.
 """
@@ -34,7 +34,8 @@ MAIN_JOB = ROOT / "out" / "pmlm-pretrain" / "ckpt.pt"
 PREPARE = "python notebooks/common.py"
 # the lead-sentence task: sources cut to this many words, first sentences of 3..20 words
 LEAD_SRC_WORDS, LEAD_MIN_WORDS, LEAD_MAX_WORDS = 64, 3, 20
-# fine-tuning steps on the lead task, by objective (batch 16; measured to master the task on a CPU)
+# fine-tuning steps on the lead task, by objective (batch 16): PALM's model learns the task in 300
+# (05_palm.ipynb); ERNIE-GEN's does not yet (04_ernie_gen.ipynb says so)
 FINETUNE_STEPS = {"palm": 300, "ernie_gen": 300}
 QUIET = ["--progress", "false", "--log_interval", "100", "--eval_interval", "100000",
          "--eval_batches", "1", "--ckpt_interval", "100000"]
@@ -95,7 +96,7 @@ def tiny_checkpoint(objective="pmlm", task="pretrain"):
     recipe = json.dumps({"args": args, "pretrained": pretrained.stat().st_mtime_ns})
     stamp = out / "recipe.json"
     if not (fits(out / "ckpt.pt") and stamp.exists() and stamp.read_text() == recipe):
-        announce(out / "ckpt.pt", f"{FINETUNE_STEPS[objective]} steps of fine-tuning, a few CPU minutes")
+        announce(out / "ckpt.pt", f"{FINETUNE_STEPS[objective]} steps of fine-tuning from the main job")
         run(args + QUIET)
         stamp.write_text(recipe)
     return out / "ckpt.pt"

@@ -6,7 +6,7 @@
 
 First the checkpoints the notebooks read are built or refreshed (common.prepare: missing, out of date, or no
 longer fitting the code), outside the budget; then each notebook runs in notebooks/ with a fresh kernel. Without
---save nothing in the repository changes.
+--save nothing in the repository changes. Left out: running notebooks in parallel, timing single cells.
 """
 import argparse
 import sys
