@@ -1,17 +1,17 @@
 """The fast layer: everything in unigen that exists only for GPU speed, below the teaching files.
 
-Read model.py and generate.py first: they hold the papers' rules, the naive and SDPA attention, the
-readable relative bias, the readable KV cache and beam search. This file holds the GPU machinery that
-computes the same numbers faster (custom autograd functions, FlexAttention block masks and score_mods,
-a static-shape cache replayed as a CUDA graph, compile helpers).
+Read model.py and generate.py first: they hold the papers' rules, the naive and SDPA attention,
+the readable relative bias, the readable KV cache and beam search. This file holds the GPU
+machinery that computes the same numbers faster (custom autograd functions, FlexAttention block
+masks and score_mods, a static-shape cache replayed as a CUDA graph, compile helpers).
 
-The rule: every piece here equals a readable function of the teaching files, named in its docstring
-with the test that holds the two equal on a CPU; bench/check_cuda.py holds them equal on a GPU, values
-and gradients, at base size.
+The rule: every piece here equals a readable function of the teaching files, named in its
+docstring with the test that holds the two equal on a CPU; bench/check_cuda.py holds them equal on
+a GPU, values and gradients, at base size.
 
 The switches that reach it (on a CPU the readable path is the default everywhere):
     ModelConfig.attn_impl = "flex"      FlexAttention (Transformer.encode -> encode_flex)
-    fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores and blocks
+    fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
     generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph
 Objectives, notebooks and exercises never import this file.
 
@@ -22,7 +22,7 @@ Pieces, their readable twins and the tests that hold them equal:
     compiled_additive_scores   model.additive_scores                bench/check_cuda.py (GPU only)
     compile_blocks             the eager blocks                     bench/check_cuda.py (GPU only)
     StaticCache, StaticStep    model.KVCache, Decoder.logprobs      tests/test_fast.py
-    GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda.py
+    GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
 Left out: hand-written Triton kernels, fused optimizers, FP8, paged caches.
 """
@@ -39,8 +39,9 @@ _COMPILED = {}
 
 
 def speed_up(model, compile=True):
-    """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and PALM's
-    compiled copy scores; with compile, torch.compile of every block (any device). -> model."""
+    """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and
+    PALM's compiled copy scores; with compile, torch.compile of every block (any device). -> model.
+    On a CPU without compile it changes nothing (tests/test_fast.py)."""
     if next(model.parameters()).is_cuda:
         if model.rel_bias is not None:
             model.rel_bias.fast_lookup = BucketBias.apply
@@ -137,10 +138,10 @@ def block_mask(spec: MaskSpec, device):
 
 
 class FlexBias:
-    """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a time
-    inside the kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned table
-    through by_distance. Twin: model.RelativePositionBias (tests/test_attention_paths.py forward on
-    a CPU; bench/check_cuda.py values and gradients on a GPU).
+    """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a
+    time inside the kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned
+    table through by_distance. Twin: model.RelativePositionBias (tests/test_attention_paths.py,
+    forward on a CPU; bench/check_cuda.py, values and gradients on a GPU).
 
     FlexAttention's backward adds the bias's gradient into the table it reads, atomically, one add
     per (query, key, head). Read from one (2P - 1, H) table, the queries of a tile all add into the
@@ -222,9 +223,9 @@ class StaticCache:
     """model.KVCache (its twin) with preallocated buffers (N, H, capacity, D) per layer and every
     shape fixed, which a CUDA graph needs.
 
-    model.KVCache concatenates, which copies the whole cache in every layer at every step (on an H100
-    that was 3/4 of the decoding time at base size). Here the new keys, values and positions are
-    written at the fill index, a DEVICE tensor that commit() advances in place, and every layer
+    model.KVCache concatenates, which copies the whole cache in every layer at every step (on an
+    H100 that was 3/4 of the decoding time at base size). Here the new keys, values and positions
+    are written at the fill index, a DEVICE tensor that commit() advances in place, and every layer
     attends to the WHOLE buffer: the step's mask hides the slots not written yet. `n` is the same
     count on the host, for the bookkeeping outside the step (len, beam reorders). A beam reorder
     that keeps every row with its source (`same_sources`) moves only the target part: the beams of
@@ -319,7 +320,8 @@ def slot_mask(q_kind, q_step, q_slot, k_kind, k_step):
     cache (N, capacity) -> (N, n, capacity). A padding query sees its own slot (as mask_mod)."""
     j = torch.arange(k_kind.size(1), device=k_kind.device)
     same = (q_slot[:, None] == j)[None]                                 # (1, n, capacity)
-    allowed = may_attend(q_kind[..., None], q_step[..., None], k_kind[:, None], k_step[:, None], same)
+    allowed = may_attend(q_kind[..., None], q_step[..., None],          # queries (N, n, 1)
+                         k_kind[:, None], k_step[:, None], same)        # keys (N, 1, capacity)
     return allowed | ((q_kind == PAD)[..., None] & same)
 
 
@@ -407,6 +409,6 @@ class StaticStep:
             # the step runs eagerly (the same numbers) from here on. Rows only ever leave, so a
             # graph is never replayed once its rows change, and a new graph per set of rows costs a
             # warm-up step plus a capture at every change: a loss when sources finish a step or two
-            # apart. Eagerly, a batch costs at most one capture. (min_len = max_len keeps every row.)
+            # apart. Eagerly, a batch costs at most one capture (min_len = max_len keeps every row).
             self.graph = None
             self.graphed = False

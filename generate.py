@@ -41,8 +41,9 @@ word (default ".", so a sentence opening such as ". the" may recur).
 
 Run:  python generate.py --ckpt out/model.pt --input test.src --output test.hyp --beam 5
 A pre-training checkpoint is refused (fine-tune it first: python train.py --task seq2seq
---init_from CKPT). Checkpoints are read as data (utils.read_checkpoint: torch.load(weights_only=True)); a bad flag or
-file is one line on stderr, `generate.py: error: ...`, and exit status 2.
+--init_from CKPT). Checkpoints are read as data (utils.read_checkpoint:
+torch.load(weights_only=True)); a bad flag or file is one line on stderr,
+`generate.py: error: ...`, and exit status 2.
 Left out: sampling (top-k / nucleus), diverse beams, constrained decoding, HF's early_stopping
 heuristics.
 """
@@ -319,9 +320,9 @@ def beam_search(dec, K, max_len, alpha, rules):
 
 
 def decoding_rules(tok, min_len, no_repeat_ngram, ignore_ids, device):
-    """What `ban_tokens` forbids: specials other than [EOS]/[UNK] are never generated (a query token as
-    output is meaningless), [EOS] before min_len, repeated n-grams (ignore words default to "."
-    when it is in the vocab)."""
+    """What `ban_tokens` forbids: specials other than [EOS]/[UNK] are never generated (a query
+    token as output is meaningless), [EOS] before min_len, repeated n-grams (ignore words default
+    to "." when it is in the vocab)."""
     if ignore_ids is None:
         ignore_ids = [i for i in (tok.token_to_id("."),) if i is not None]
     banned = sorted(tok.special_ids - {tok.eos_id, tok.unk_id})

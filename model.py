@@ -4,7 +4,7 @@ A BERT-sized encoder in nanoGPT style: token + absolute position + segment embed
 pre-LayerNorm blocks, a final LayerNorm, and heads called separately:
 
     h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
-    logits = model.lm_logits(h)                                 # tied to the token embedding, with bias
+    logits = model.lm_logits(h)                                 # tied to the token embedding
     nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
     logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
 
@@ -12,9 +12,10 @@ The backbone never knows which paper it serves: every objective is only a way of
 (tokens, positions, segments, attention mask, targets).  Position ids are ALWAYS explicit because
 UniLMv2's pseudo tokens [P] and ERNIE-GEN's [ATTN] reuse the position of the token they stand for.
 
-The attention mask is a `Mask`: the dense (B, L, L) bool tensor, True = "query i may attend key j",
-or the mask described (objectives.masks.MaskSpec: kind and step per token), which `encode` builds
-on the model's device. Attention has one entry point, `attention()`, with two paths tests hold equal:
+The attention mask is a `Mask`: the dense (B, L, L) bool tensor, True = "query i may attend key
+j", or the mask described (objectives.masks.MaskSpec: kind and step per token), which `encode`
+builds on the model's device. Attention has one entry point, `attention()`, with two paths that
+tests hold equal:
   naive  softmax(QK^T / sqrt(d) + bias + M) V written out (the readable reference),
   sdpa   torch.nn.functional.scaled_dot_product_attention with the boolean mask (or, with a
          relative position bias, the bias as a float mask with -inf where the boolean mask
@@ -244,8 +245,8 @@ class KVCache:
 
     def key_positions(self, position_ids):
         """Position ids (B, Lc + L) of the keys a forward attends to (for the relative bias): the
-        cached tokens' followed by the new ones, position_ids (B, L). Called once per forward, before
-        the layers."""
+        cached tokens' followed by the new ones, position_ids (B, L). Called once per forward,
+        before the layers."""
         self.pending_pos = position_ids
         if not len(self):
             return position_ids

@@ -103,7 +103,7 @@ class TrainConfig:
     ckpt_interval: int = setting(200, "write a checkpoint every this many steps")
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
-    compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (on CUDA) | true | false")
+    compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
     workers: int = setting(-1, "processes building batches (a DataLoader's); "
                                "-1 = 2 on CUDA, 0 on a CPU")
     cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")

@@ -24,9 +24,9 @@ Because the rule reads only per-token vectors, a mask never has to be materialis
 a Batch hands the model a `MaskSpec` (kind, step), `attention_mask` builds the dense (B, L, L)
 tensor wherever kind and step are (the GPU, for the naive and SDPA paths), and the FlexAttention
 path of the GPU speed layer (fast.py) calls `may_attend` on single (query, key) pairs inside its
-kernel. generate.py describes each decoding step's tokens with kind and step too. The papers' masks are this rule with the right kinds and steps; the
-builders below write each one out the way its paper draws it, and the tests hold every one equal to
-the rule:
+kernel. generate.py describes each decoding step's tokens with kind and step too. The papers'
+masks are this rule with the right kinds and steps; the builders below write each one out the way
+its paper draws it, and the tests hold every one equal to the rule:
 
 UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq
                                      (from lengths)
