@@ -26,6 +26,8 @@ Pieces, their readable twins and the tests that hold them equal:
 The measurements behind each piece are in bench/RESULTS.md.
 Left out: hand-written Triton kernels, fused optimizers, FP8, paged caches.
 """
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -137,11 +139,12 @@ def block_mask(spec: MaskSpec, device):
                              _compile=device.type == "cuda")
 
 
-class FlexBias:
+class FlexBias(NamedTuple):
     """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a
     time inside the kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned
     table through by_distance. Twin: model.RelativePositionBias (tests/test_attention_paths.py,
-    forward on a CPU; bench/check_cuda.py, values and gradients on a GPU).
+    forward on a CPU; bench/check_cuda.py, values and gradients on a GPU). Plain tensors, so that a
+    compiled block receives data and makes the score_mod itself.
 
     FlexAttention's backward adds the bias's gradient into the table it reads, atomically, one add
     per (query, key, head). Read from one (2P - 1, H) table, the queries of a tile all add into the
@@ -149,13 +152,16 @@ class FlexBias:
     without the bias); the score_mod reads copy q % COPIES of the table instead, in fp32, and the
     copies' gradients are summed by expand's backward (127 ms; bench/profile_step.py).
     """
+    by_distance: torch.Tensor     # (2P - 1, H): the bias of each distance -(P-1) .. P-1
+    position_ids: torch.Tensor    # (B, L)
+    offset: int                   # P - 1
     COPIES = 128                  # one per query of a 128-row tile
 
-    def __init__(self, rel_bias, position_ids):
-        # the bias of each distance -(P-1) .. P-1: (2P - 1, H)
-        self.by_distance = rel_bias.table.weight.index_select(0, rel_bias.distance_bucket)
-        self.position_ids = position_ids                                # (B, L)
-        self.offset = rel_bias.offset                                   # P - 1
+    @classmethod
+    def of(cls, rel_bias, position_ids):
+        """The FlexBias of a model.RelativePositionBias at these positions."""
+        by_distance = rel_bias.table.weight.index_select(0, rel_bias.distance_bucket)
+        return cls(by_distance, position_ids, rel_bias.offset)
 
     def score_mod(self):
         pos = self.position_ids
@@ -195,7 +201,7 @@ def encode_flex(model, x, position_ids, spec: MaskSpec):
         raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward "
                            "on a CPU); use sdpa here")
     mask = block_mask(spec, x.device)
-    bias = FlexBias(model.rel_bias, position_ids) if model.rel_bias is not None else None
+    bias = FlexBias.of(model.rel_bias, position_ids) if model.rel_bias is not None else None
     for block in model.blocks:
         x = block(x, mask, bias)
     return model.ln_f(x)

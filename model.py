@@ -4,7 +4,7 @@ A BERT-sized encoder in nanoGPT style: token + absolute position + segment embed
 pre-LayerNorm blocks, a final LayerNorm, and heads called separately:
 
     h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
-    logits = model.lm_logits(h)                                 # tied to the token embedding
+    logits = model.lm_logits(h)                                 # tied to the embedding, with bias
     nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
     logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
 
