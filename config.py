@@ -1,10 +1,12 @@
 """train.py's settings: the table of training flags, how `--key value` flags are read and checked,
-and how the settings a flag did not give are filled in (the preset's recipe, a resumed run's own).
+and how the settings a flag did not give are filled in (the preset's recipe, a resumed run's own,
+a checkpoint's model shape).
 
     cfg, model_flags, obj_flags, given = parse_args(["--objective", "pmlm", "--lr", "3e-4"])
     check_settings(cfg)                              # every value in range, before anything runs
     model_dict = model_settings(cfg, model_flags)   # preset + what the objective needs + flags
     resolve_defaults(cfg, model_dict, given)        # the recipe, seq_len, label_smoothing
+    ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given)  # --resume, --init_from
     print(help_text(["--objective", "palm"]))       # what `train.py --objective palm --help` says
 
 One mechanism for every setting (nanoGPT's): a `--key value` flag for each field of TrainConfig
@@ -16,11 +18,12 @@ Left out: configuration files (a shell script of flags does that job) and nested
 """
 import math
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 import model as M
 from model import setting
 from objectives import OBJECTIVES, objective_class
-from utils import UsageError
+from utils import UsageError, read_checkpoint
 
 
 @dataclass
@@ -265,6 +268,56 @@ def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
                           if k in given or k in PER_INVOCATION}}
     # (a checkpoint written before a setting existed gets that setting's default)
     return TrainConfig(**merged), dict(ckpt["objective_options"])
+
+
+# --------------------------------------------------------------------------------------------------
+# A checkpoint's settings: the run to resume, the model to fine-tune
+
+
+def out_dir_of(cfg):
+    return Path(cfg.out_dir or f"out/{cfg.objective}-{cfg.task}")
+
+
+def start_point(cfg, model_flags, obj_flags, given):
+    """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or
+    fine-tuning run."""
+    out_dir = out_dir_of(cfg)
+    if cfg.resume:
+        path = out_dir / "ckpt.pt"
+        if not path.exists():
+            raise UsageError(f"--resume: no checkpoint {path} to continue (is --out_dir right?)")
+        ckpt = read_checkpoint(path)
+        cfg, obj_opts = restore_settings(ckpt, cfg, model_flags, obj_flags, given, path)
+        return ckpt, cfg, obj_opts
+    if (out_dir / "ckpt.pt").exists() and not cfg.overwrite:
+        raise UsageError(f"{out_dir} holds the checkpoint of an earlier run: continue it with "
+                         "--resume, start afresh there with --overwrite, or pick another --out_dir")
+    ckpt = read_checkpoint(cfg.init_from) if cfg.init_from else None
+    theirs = ckpt.get("train_config", {}).get("preset") if ckpt else None
+    if ckpt and "preset" in given and cfg.preset != theirs:
+        raise UsageError(f"--preset {cfg.preset} with --init_from: the checkpoint fixes the "
+                         f"model's shape (it is a {theirs} model); drop --preset")
+    if ckpt and "vocab_size" in given and cfg.vocab_size != len(ckpt["vocab"]):
+        raise UsageError(f"--vocab_size {cfg.vocab_size} with --init_from: the checkpoint's "
+                         f"vocabulary has {len(ckpt['vocab'])} tokens and fine-tuning keeps it; "
+                         "drop --vocab_size")
+    return ckpt, cfg, dict(obj_flags)
+
+
+def check_compatible(ckpt, model_cfg, tok, path):
+    """Refuse a checkpoint whose vocabulary or model shape differs, naming the difference."""
+    if ckpt["vocab"] != tok.vocab:
+        diff = next((i for i, (a, b) in enumerate(zip(ckpt["vocab"], tok.vocab)) if a != b), None)
+        where = (f", first at id {diff}: {ckpt['vocab'][diff]!r} vs {tok.vocab[diff]!r}"
+                 if diff is not None else "")
+        raise UsageError(f"{path}: its vocabulary ({len(ckpt['vocab'])} tokens) differs from "
+                         f"this run's ({len(tok.vocab)} tokens){where}")
+    theirs = ckpt["model_config"]
+    ours = model_cfg.to_dict()
+    diffs = [f"{k}: checkpoint {theirs.get(k)} vs now {ours[k]}" for k in SHAPE_KEYS
+             if theirs.get(k) != ours[k]]
+    if diffs:
+        raise UsageError(f"{path} does not fit this model: " + "; ".join(diffs))
 
 
 # --------------------------------------------------------------------------------------------------

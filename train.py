@@ -53,14 +53,14 @@ from tqdm import tqdm
 
 import data
 import model as M
-from config import (SHAPE_KEYS, TrainConfig, check_settings, help_text, model_settings,
-                    parse_args, resolve_defaults, restore_settings)
+from config import (TrainConfig, check_compatible, check_settings, help_text, model_settings,
+                    out_dir_of, parse_args, resolve_defaults, start_point)
 from objectives import Objective, fills_example, get_objective, objective_class
 from tokenizer import WordPiece
-from utils import (UsageError, exit_with_error, pick_device, read_checkpoint, save_checkpoint,
-                   atomic_write)
+from utils import UsageError, atomic_write, exit_with_error, pick_device, save_checkpoint
 
 # 1. Settings: config.py (TrainConfig, parse_args, check_settings, resolve_defaults, help_text)
+# 3. Start point: config.start_point (a fresh run, a run to resume, or a checkpoint to fine-tune)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -92,40 +92,6 @@ def setup_distributed(device_name):
     else:
         dist.init_process_group("gloo")
     return Dist(True, rank, world, device)
-
-
-# --------------------------------------------------------------------------------------------------
-# 3. Start point: a fresh run, a run to resume, or a checkpoint to fine-tune
-
-
-def out_dir_of(cfg):
-    return Path(cfg.out_dir or f"out/{cfg.objective}-{cfg.task}")
-
-
-def start_point(cfg, model_flags, obj_flags, given):
-    """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or
-    fine-tuning run."""
-    out_dir = out_dir_of(cfg)
-    if cfg.resume:
-        path = out_dir / "ckpt.pt"
-        if not path.exists():
-            raise UsageError(f"--resume: no checkpoint {path} to continue (is --out_dir right?)")
-        ckpt = read_checkpoint(path)
-        cfg, obj_opts = restore_settings(ckpt, cfg, model_flags, obj_flags, given, path)
-        return ckpt, cfg, obj_opts
-    if (out_dir / "ckpt.pt").exists() and not cfg.overwrite:
-        raise UsageError(f"{out_dir} holds the checkpoint of an earlier run: continue it with "
-                         "--resume, start afresh there with --overwrite, or pick another --out_dir")
-    ckpt = read_checkpoint(cfg.init_from) if cfg.init_from else None
-    theirs = ckpt.get("train_config", {}).get("preset") if ckpt else None
-    if ckpt and "preset" in given and cfg.preset != theirs:
-        raise UsageError(f"--preset {cfg.preset} with --init_from: the checkpoint fixes the "
-                         f"model's shape (it is a {theirs} model); drop --preset")
-    if ckpt and "vocab_size" in given and cfg.vocab_size != len(ckpt["vocab"]):
-        raise UsageError(f"--vocab_size {cfg.vocab_size} with --init_from: the checkpoint's "
-                         f"vocabulary has {len(ckpt['vocab'])} tokens and fine-tuning keeps it; "
-                         "drop --vocab_size")
-    return ckpt, cfg, dict(obj_flags)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -180,22 +146,6 @@ def starting_tokenizer(cfg, ckpt):
 
 # --------------------------------------------------------------------------------------------------
 # 5. Model
-
-
-def check_compatible(ckpt, model_cfg, tok, path):
-    """Refuse a checkpoint whose vocabulary or model shape differs, naming the difference."""
-    if ckpt["vocab"] != tok.vocab:
-        diff = next((i for i, (a, b) in enumerate(zip(ckpt["vocab"], tok.vocab)) if a != b), None)
-        where = (f", first at id {diff}: {ckpt['vocab'][diff]!r} vs {tok.vocab[diff]!r}"
-                 if diff is not None else "")
-        raise UsageError(f"{path}: its vocabulary ({len(ckpt['vocab'])} tokens) differs from "
-                         f"this run's ({len(tok.vocab)} tokens){where}")
-    theirs = ckpt["model_config"]
-    ours = model_cfg.to_dict()
-    diffs = [f"{k}: checkpoint {theirs.get(k)} vs now {ours[k]}" for k in SHAPE_KEYS
-             if theirs.get(k) != ours[k]]
-    if diffs:
-        raise UsageError(f"{path} does not fit this model: " + "; ".join(diffs))
 
 
 def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
