@@ -11,7 +11,6 @@ The tokenized embedded corpus is cached in .cache/exercises/ at the repository r
 import json
 import random
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,8 +38,7 @@ TINY = ["--preset", "tiny", "--n_layer", "1", "--n_embd", "32", "--n_head", "2",
 def registered(monkeypatch):
     """The class under grading, registered as "mass" for the test's duration."""
     if not grading.REFERENCE:
-        monkeypatch.setitem(sys.modules, "objectives._capstone_under_grading", mod)
-        monkeypatch.setitem(objectives.OBJECTIVES, "mass", "_capstone_under_grading")
+        monkeypatch.setitem(objectives.OBJECTIVES, "mass", mod.OBJECTIVE)
     yield
 
 
