@@ -42,9 +42,9 @@ QUIET = ["--progress", "false", "--log_interval", "100", "--eval_interval", "100
 
 
 def main_vocab_size():
-    """The main job's vocabulary size: train.py's tiny recipe (`python train.py --help` prints it)."""
-    import train
-    return train.RECIPES["tiny"]["vocab_size"]
+    """The main job's vocabulary size: the tiny preset's recipe in config.py (`python train.py --help` prints it)."""
+    import config
+    return config.RECIPES["tiny"]["vocab_size"]
 
 
 def lead_pairs(cache_dir=CACHE):
@@ -102,14 +102,29 @@ def tiny_checkpoint(objective="pmlm", task="pretrain"):
     return out / "ckpt.pt"
 
 
+def load_model(path):
+    """(model in eval mode, tokenizer) of any train.py checkpoint, pre-training ones included (generate.py's
+    loader takes only fine-tuned ones); a file that does not fit this code is a utils.UsageError."""
+    import model as M
+    import utils
+    from tokenizer import WordPiece
+    ckpt = utils.read_checkpoint(path)
+    try:
+        net = M.Transformer(M.ModelConfig.from_dict(ckpt["model_config"]))
+        net.load_state_dict({k.removeprefix("_orig_mod.").removeprefix("module."): v
+                             for k, v in ckpt["model"].items()})
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise utils.UsageError(f"{path}: the checkpoint does not fit this code ({type(e).__name__})") from None
+    return net.eval(), WordPiece(ckpt["vocab"], lowercase=ckpt.get("lowercase", True))
+
+
 def fits(path):
     """Whether a checkpoint exists and loads into this code's model."""
-    import generate
     import utils
     if not path.exists():
         return False
     try:
-        generate.load_checkpoint(path)
+        load_model(path)
     except utils.UsageError:
         return False
     return True
