@@ -233,8 +233,11 @@ def _constant(call, k):
     return len(call.args) > k and isinstance(call.args[k], ast.Constant) and isinstance(call.args[k].value, str)
 
 
-def check_source(source, exercise, package="exercises"):
-    """Findings for one file's source (copied / cannot check); [] means the work may be the student's own."""
+def check_source(source, exercise, package="exercises", folder=None, _seen=()):
+    """Findings for one file's source (copied / cannot check); [] means the work may be the student's own.
+
+    folder: where the student's other files are; a file that imports another of them (exercise 5 reusing the
+    student's exercise 2) is checked through it, against THIS exercise's answers."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -259,11 +262,20 @@ def check_source(source, exercise, package="exercises"):
                 "a reference scorer" if _inside(hit, EVERYWHERE) else "the project's answer to this exercise"
             found.append(Finding("copied", line, name, f"{why}, {kind}"))
     found += [Finding("cannot check", line, what, f"{why}; {PLAIN}") for line, what, why in walker.dynamic]
+    for line, name in walker.names:                  # the student's own files it imports, checked in turn
+        parts = name.split(".")
+        other = Path(folder or ".") / f"{parts[1]}.py" if parts[0] == package and len(parts) > 1 else None
+        if other is not None and other.is_file() and parts[1] not in _seen and not parts[1].startswith(("_", "test_")):
+            for f in check_source(other.read_text(errors="replace"), exercise, package, folder,
+                                  (*_seen, parts[1])):
+                found.append(f._replace(line=line, what=name, why=f"through {other.name} line {f.line}: {f.why}"))
     return sorted(set(found), key=lambda f: (f.line, f.kind, f.what))
 
 
 def check_file(path, exercise):
-    return check_source(Path(path).read_text(encoding="utf-8", errors="replace"), exercise)
+    path = Path(path)
+    return check_source(path.read_text(encoding="utf-8", errors="replace"), exercise, folder=path.parent,
+                        _seen=(path.stem,))
 
 
 def verdict(findings):

@@ -233,13 +233,17 @@ def main(argv=None):
     if args.timeout <= 0 or args.jobs < 1:
         fail("--timeout must be > 0 and --jobs >= 1")
     done, start = {}, time.time()
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
     try:
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {pool.submit(grade_student, s, chosen, args.timeout): s for s in students}
-            for fut in tqdm(as_completed(futures), total=len(futures), desc="students", unit="student"):
-                done[futures[fut].name] = fut.result()
+        futures = {pool.submit(grade_student, s, chosen, args.timeout): s for s in students}
+        for fut in tqdm(as_completed(futures), total=len(futures), desc="students", unit="student"):
+            done[futures[fut].name] = fut.result()
     except KeyboardInterrupt:
+        # the students not started are dropped; the running pytest processes got the Ctrl-C too
+        pool.shutdown(wait=False, cancel_futures=True)
         print(f"grade_class.py: interrupted: writing the {len(done)} student(s) done", file=sys.stderr)
+    else:
+        pool.shutdown()
     rows = [r for s in students if s.name in done for r in done[s.name]]
     write_report(rows, args.out)
     print(f"grade_class.py: {len(done)} of {len(students)} student(s), {len(chosen)} grader(s) "
