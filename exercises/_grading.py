@@ -46,7 +46,8 @@ def load(name):
     (exercises/solutions/, the answer key). A file that reaches the answer, or uses code the copy check cannot
     read, is served as Refused: every test then fails with the copy check's message."""
     if REFERENCE:
-        print(f"\n{GRADED_THE_SOLUTIONS}", file=sys.stderr)
+        # pytest's output says it too (exercises/conftest.py); this line is for a grader imported without it
+        print(f"\n*** {GRADED_THE_SOLUTIONS} ***", file=sys.stderr)
         from exercises import solutions
         return getattr(solutions, name)
     path = Path(__file__).resolve().parent / f"{name}.py"
@@ -70,7 +71,6 @@ def written_by_you(module):
         return
     if isinstance(module, Refused):
         raise AssertionError(module._why)
-
 
 
 # --- a tiny model for the leakage checker -------------------------------------------------------------------------

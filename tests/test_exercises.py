@@ -103,6 +103,16 @@ def test_shortcuts_are_caught(exercise, source, verdict):
     assert check(source, exercise) == verdict
 
 
+def test_the_stubs_and_the_honest_student_are_not_accused():
+    sys.path.insert(0, str(ROOT))
+    from exercises import _copycheck
+    files = [*EXERCISES.glob("ex0*.py"), EXERCISES / "capstone_mass.py",
+             *(EXERCISES / "class_fixture" / "honest").glob("*.py")]
+    assert len(files) == 17
+    for f in files:
+        assert _copycheck.check_file(f, f.stem) == [], f
+
+
 def test_a_students_own_file_is_checked_through(tmp_path):
     """Exercise 5 may reuse the student's exercise 2, but not to launder masks.seq2seq through it."""
     sys.path.insert(0, str(ROOT))
