@@ -96,6 +96,8 @@ def one_line(message):
     """The first informative line of a failure message."""
     lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
     line = lines[0] if lines else ""
+    if line.endswith(":") and len(lines) > 1:            # "... the first:" announces the line that says it
+        line += " " + lines[1]
     line = re.sub(r"^(AssertionError|E\s+AssertionError):\s*", "", line)
     return line[:300]
 
