@@ -109,7 +109,15 @@ SYSTEMS = {
                                      pretrained_as="ernie_gen", ablation_of="ernie_gen", seeds=(0,)),
     "ernie_gen/lambda 0.8": system("ernie_gen", pre=dict(lam_pretrain=0.8), ft_task=ERNIE_FT,
                                    ablation_of="ernie_gen", seeds=(0,)),
+    "ernie_gen/no pre-training, ft noise 0": system("ernie_gen", control=True, ft=dict(rho_f=0.0),
+                                                    ablation_of="ernie_gen/no pre-training",
+                                                    seeds=(0,)),
 }
+# what pre-training adds: each pre-trained system and the same fine-tuning from random weights
+GAIN_PAIRS = [("unilm", "unilm/no pre-training"), ("pmlm", "pmlm/no pre-training"),
+              ("ernie_gen", "ernie_gen/no pre-training"), ("palm", "palm/no pre-training"),
+              ("palm/no copy", "palm/no copy, no pre-training"),
+              ("ernie_gen/ft noise 0", "ernie_gen/no pre-training, ft noise 0")]
 TINY_SYSTEMS = ("pmlm", "palm", "pmlm/no pre-training")
 TASKS = {
     "gigaword": dict(train="gigaword10k/train.article.txt", score="gigaword10k/valid", lp=0.6,
@@ -286,7 +294,7 @@ def run_pretraining(name, seed, cfg, args):
     folder = pre_dir(args, name, seed)
     if (folder / "done.json").exists():
         return
-    cache = str(Path(args.out) / "cache")
+    cache = args.cache_dir
     corpus = corpus_path(cfg, args)
     steps, flops = pretrain_steps(cfg, spec["objective"], spec["pre"], cache, seed, corpus)
     # the seconds of earlier, interrupted parts of this pre-training
@@ -318,7 +326,7 @@ def run_cell(name, task, seed, cfg, args):
     the cell, written to --out/staged/ for the scheduler to collect."""
     import train
     spec = SYSTEMS[name]
-    cache = str(Path(args.out) / "cache")
+    cache = args.cache_dir
     out = Path(args.out) / "work" / f"{slug(name)}-s{seed}" / f"ft-{task}"
     options = {**spec["ft"], **spec["ft_task"].get(task, {})}
     flags = train_flags(cfg, spec["objective"], out, cache, options, args)
@@ -353,13 +361,26 @@ def train_file(task, args):
 def vocab_file(cfg, cache, args):
     """The study's vocabulary as a file (a control starts from random weights but reads the same
     pieces)."""
-    import data
     path = Path(cache) / f"study-vocab-{cfg['vocab']}.txt"
     if not path.exists():
-        tok, _, _ = data.prepare_pretrain(corpus_path(cfg, args), cfg["vocab"], cache,
-                                          max_tokens=cfg["seq_len"] - 3, progress=False)
-        tok.save(path)
+        prepare(cfg, args, ernie=False)
     return str(path)
+
+
+def prepare(cfg, args, ernie, progress=False):
+    """The caches every job reads, built once before the jobs start (not by 4 x K processes at
+    once): the vocabulary and the tokenized corpus, ERNIE-GEN's span vocabulary, SQuAD's split."""
+    import data
+    tok, splits, info = data.prepare_pretrain(corpus_path(cfg, args), cfg["vocab"], args.cache_dir,
+                                              max_tokens=cfg["seq_len"] - 3, progress=progress)
+    tok.save(Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt")
+    if ernie:
+        # where train.py looks for it (train.load_data)
+        from objectives.ernie_gen import build_span_vocab
+        build_span_vocab(splits["train"], tok, cache_path=Path(info["cache_path"]) / "span_vocab.json",
+                         progress=progress)
+    if "squad_qg" in cfg["tasks"]:
+        squad_split(args.data_dir, args.out)
 
 
 def finetune_flops(ckpt, task, cfg, args):
@@ -368,7 +389,7 @@ def finetune_flops(ckpt, task, cfg, args):
     import generate
     model, tok, obj = generate.load_checkpoint(str(ckpt))
     if task == "docsum":
-        pairs = data.default_seq2seq()["train"]
+        pairs = data.default_seq2seq(args.cache_dir)["train"]
     else:
         pairs = data.read_seq2seq(train_file(task, args))
     rng = random.Random(0)
@@ -381,7 +402,7 @@ def score_split(task, cfg, args):
     """(sources, references) of the held-out split a task is scored on."""
     if task == "docsum":
         import data
-        pairs = data.default_seq2seq()["test"][:cfg["n_score"]]
+        pairs = data.default_seq2seq(args.cache_dir)["test"][:cfg["n_score"]]
         return [s for s, _ in pairs], [" ".join(t.split()) for _, t in pairs]
     if task == "gigaword":
         prefix = Path(args.data_dir) / TASKS[task]["score"]
@@ -555,13 +576,14 @@ def start_job(job, slot, args, logs):
 
 def forwarded(args):
     """The flags a job needs to compute what its scheduler asked for."""
-    flags = ["--out", args.out, "--data_dir", args.data_dir, "--compile", args.compile,
+    flags = ["--out", args.out, "--data_dir", args.data_dir, "--cache_dir", args.cache_dir,
+             "--compile", args.compile,
              "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
              str(args.pre_lr)]
     return flags + (["--tiny"] if args.tiny else [])
 
 
-def stop_all(running, grace=60):
+def stop_all(running, grace=30):
     """SIGTERM to every job (train.py checkpoints and stops at its next log step), then SIGKILL to the
     groups still there after grace seconds."""
     for proc in running:
@@ -584,6 +606,9 @@ def collect(job, args, store):
         return 0
     cell = json.loads(staged.read_text())
     write_cell(store, cell)
+    # and beside the work: a later run on this machine skips it even before an import
+    if Path(store) != Path(args.out) / "cells":
+        write_cell(Path(args.out) / "cells", cell)
     staged.unlink()
     main = TASKS[cell["task"]]["main"]
     print(f"cell {cell_stem(*job[1:])}: {NAMES[main]} {cell['scores'][main]['f']:.2f}", flush=True)
@@ -622,6 +647,7 @@ def report(cells, tasks, names):
         cards = sorted({f"{c['card']} (torch {c['torch']})" for c in cells.values()})
         lines += [f"Settings: `{json.dumps(first['settings'])}`. Ran on: {', '.join(cards)}.", ""]
     lines += goals(cells, tasks)
+    lines += gains(cells, tasks)
     for task in tasks:
         lines += task_table(cells, task, names)
     lines += ["## Sample outputs (seed 0, the first three held-out sources)", ""]
@@ -652,6 +678,8 @@ def task_table(cells, task, names):
             continue
         values = [summary(cells, name, task, m) for m in metrics]
         low, high = summary(cells, name, task, main)[2]
+        # BLEU of a single run has no bootstrap interval
+        interval = "-" if low is None else f"[{low:.2f}, {high:.2f}]"
         pre = [c["pretrain"] or {} for c in rows]
         minutes = [statistics.mean(p.get("seconds", 0) for p in pre) / 60,
                    statistics.mean(c["finetune"]["seconds"] for c in rows) / 60,
@@ -661,7 +689,7 @@ def task_table(cells, task, names):
         acc = statistics.mean(c["teacher_forced_acc"] for c in rows)
         lines.append(f"| {name} | {len(rows)} | "
                      + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _, _ in values)
-                     + f" | [{low:.2f}, {high:.2f}] | {acc:.1f}% | "
+                     + f" | {interval} | {acc:.1f}% | "
                      + " + ".join(f"{m:.1f}" for m in minutes)
                      + f" | {flops[0]:.2e} + {flops[1]:.2e} |")
     return lines + [""]
@@ -697,6 +725,22 @@ def goals(cells, tasks):
     return lines + [""]
 
 
+def gains(cells, tasks):
+    """What pre-training adds: each pre-trained system minus the same fine-tuning from random
+    weights (PALM with and without its copy head; ERNIE-GEN with and without fine-tuning noise)."""
+    lines = ["## What pre-training adds", "",
+             "| pre-trained | control | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    for full, ctrl in GAIN_PAIRS:
+        row = []
+        for task in tasks:
+            main = TASKS[task]["main"]
+            a, b = summary(cells, full, task, main), summary(cells, ctrl, task, main)
+            row.append(f"{a[0] - b[0]:+.2f} {NAMES[main]} ({a[0]:.2f} vs {b[0]:.2f}; std {a[1]:.2f} / "
+                       f"{b[1]:.2f})" if a and b else "not run yet")
+        lines.append(f"| {full} | {ctrl} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
 # --- the pictures (notebooks/07_study.ipynb draws them) ---------------------------------------------
 
 def color(name):
@@ -718,10 +762,21 @@ def plot_bars(ax, cells, task, pairs, title):
                         fontsize=7)
             else:
                 ax.text(i + offset, 0, "not\nrun", ha="center", va="bottom", fontsize=7)
-        ticks.append(f"{left}\nvs {right.split('/', 1)[1] if '/' in right else right}")
+        variant = right.split("/", 1)[1] if "/" in right else right
+        ticks.append(left if variant == "no pre-training" else f"{left}\nvs {variant}")
     ax.set_xticks(range(len(pairs)), ticks, fontsize=7)
     ax.set_ylabel(f"{NAMES[metric]} (mean, std over seeds)")
     ax.set_title(title, fontsize=9)
+    legend(ax)
+
+
+def legend(ax):
+    """Colours are objectives; solid is the first system of a pair, hatched the second."""
+    from matplotlib.patches import Patch
+    handles = [Patch(color=c, label=o) for o, c in COLORS.items()]
+    handles += [Patch(facecolor="white", edgecolor="black", label="full / pre-trained"),
+                Patch(facecolor="white", edgecolor="black", hatch="//", label="variant / control")]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def control_pairs():
@@ -758,6 +813,8 @@ def parse_args(argv):
     ap.add_argument("--compile", default="auto", choices=("auto", "true", "false"),
                     help="train.py's --compile for every job")
     ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
+    ap.add_argument("--cache_dir", default="",
+                    help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--stop_after_cells", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -766,6 +823,7 @@ def parse_args(argv):
     if args.cells is None:
         args.cells = "" if args.tiny else str(CELLS)
     args.cells_out = args.cells_out or str(Path(args.out) / "cells")
+    args.cache_dir = args.cache_dir or str(Path(args.out) / "cache")
     if args.per_gpu < 1 or args.gpus < 0:
         raise UsageError("--per_gpu must be >= 1 and --gpus >= 0")
     return args
@@ -780,14 +838,18 @@ def run(args):
         import torch
         if torch.cuda.device_count() < args.gpus:
             raise UsageError(f"--gpus {args.gpus}: only {torch.cuda.device_count()} GPU(s) here")
-    done = done_cells([args.cells, args.cells_out], cfg)
+    done = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
     wanted = [(n, t, k) for n in names for k in seeds_of(n, args) for t in cfg["tasks"]]
     todo = [c for c in wanted if cell_stem(*c) not in done]
     print(f"{len(wanted) - len(todo)} cells done, {len(todo)} to run", flush=True)
     t0 = time.time()
-    new = schedule(plan(todo, args), args, args.cells_out)
+    jobs = plan(todo, args)
+    if jobs:
+        prepare(cfg, args, ernie=any(j[0] == "pre" and SYSTEMS[j[1]]["objective"] == "ernie_gen"
+                                     for j in jobs), progress=not args.tiny)
+    new = schedule(jobs, args, args.cells_out)
     print(f"{new} new cell(s) in {(time.time() - t0) / 60:.1f} min; in {args.cells_out}", flush=True)
-    cells = done_cells([args.cells, args.cells_out], cfg)
+    cells = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
     page = report(cells, cfg["tasks"], names)
     atomic_write(Path(args.out) / "README.md", page)
     print(page.split("## Sample outputs")[0])

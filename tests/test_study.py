@@ -25,7 +25,8 @@ def run_study(*flags):
 def test_tiny_study_two_workers_interrupted_resumed_imported_reported(tmp_path):
     out = tmp_path / "work"
     cells = tmp_path / "cells.jsonl"
-    flags = ["--tiny", "--per_gpu", "2", "--out", str(out), "--cells_out", str(cells)]
+    flags = ["--tiny", "--per_gpu", "2", "--out", str(out), "--cells_out", str(cells),
+             "--cache_dir", str(ROOT / ".cache")]
     # interrupted after the first finished cell: the job in flight is stopped
     first = run_study(*flags, "--stop_after_cells", "1")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
