@@ -1,16 +1,16 @@
 """The study no paper ran: the four objectives on one backbone, equal corpus tokens, seeds, two tasks,
 controls, the papers' cheap ablations and the ERNIE-GEN / PALM diagnostics; resumable across machines.
 
-    python bench/study.py --gpus 4 --per_gpu 4 --time_limit_min 8.5 --cells_out $OUT/cells.jsonl \\
-        --data_dir data_copy                       # run what is missing, stop cleanly at the limit
+    python bench/study.py --gpus 4 --per_gpu 4 --time_limit_min 8 --cells_out $OUT/cells.jsonl \\
+        --data_dir out/data                        # run what is missing, stop cleanly at the limit
     python bench/study.py import cells.jsonl       # split new cells into bench/study/cells/*.json
     python bench/study.py report                   # bench/study/README.md from the committed cells
     python bench/study.py --tiny --per_gpu 2 --out /tmp/study   # the same code on a CPU (what CI runs)
 
 A CELL is one (system, task, seed): fine-tuning, decoding, scores, teacher-forced accuracy and three
 sample outputs, as one small JSON (bench/study/cells/<system>__<task>__seed<k>.json once committed).
-A run reads the cells already done from --cells (the committed folder) and --cells_out, and runs only
-the others; so a study cut by a time limit continues in the next session and loses at most the cells
+A run reads the cells already done from --cells (the committed folder), OUT/cells and --cells_out,
+and runs only the others; so a study cut by a time limit continues in the next session and loses at most the cells
 in flight. The scheduler runs JOBS, --per_gpu processes on each of --gpus GPUs (the small model
 leaves an H100 mostly idle, so several share one): a PRE-TRAINING job per (system, seed), shared by
 its tasks and by the fine-tuning-only diagnostics, and a FINE-TUNING job per cell once its
@@ -33,15 +33,22 @@ ignored folder survives between calls) a pre-training stopped at the limit resum
              the same query tokens and layout as decoding), the clean reference as prefix: how
              often the model's top token is the reference's next one
 
-The budget (issue 22: all systems x 3 seeds in <= 25 minutes of a 4-GPU machine). Measured before
-(one H100, one process, batch 64): a pre-trained cell 8-9 min = pre-training ~5.5 + two fine-tunings
-~1.5 each; a control ~3 min. Per seed here: 9 pre-trainings + 14 systems x 2 tasks of fine-tuning
-= 9 x 5.5 + 28 x 1.5 = 92 process-minutes; 3 seeds + the diagnostics (1 pre-training, 8
-fine-tunings) = 292 process-minutes, 73 minutes on 4 GPUs one process each. The GPU is mostly idle
-(27 steps/s, 440k tokens/s on a 19M-parameter model): with K = 4 processes per GPU and pre-training
-batch 128 (half the steps for the same corpus tokens, lr 7e-4 by the square-root rule) the estimate
-is 73 / (~2.5 from K) / (~1.3 from the batch) ~ 22 minutes. An estimate, not a measurement: the
-first call's log (steps/s per process) says what K gives; --per_gpu, --pre_batch, --compile change it.
+The budget (issue 22: every system x 3 seeds in <= 25 minutes of a 4-GPU machine), an ESTIMATE from
+the issue's measurements (one H100, one process, batch 64: a pre-trained cell 8-9 min = pre-training
+~5.5 + two fine-tunings ~1.5 each; a control ~3 min), not a measurement:
+  jobs       28 pre-trainings (9 systems x 3 seeds + lambda 0.8) and 94 fine-tunings (14 systems x 2
+             tasks x 3 seeds + 5 diagnostics x 2 tasks): 28 x 5.5 + 94 x 1.5 = 295 process-minutes,
+             74 minutes on 4 GPUs with one process each: 3x too slow
+  batch      pre-training batch 128 instead of 64 (half the steps for the same corpus tokens; lr 7e-4
+             by the square-root rule): a launch-bound step costs about the same at twice the batch,
+             so if a step gets ~1.3x slower the pre-training part drops 154 -> ~100 (total ~240)
+  K          the GPU is mostly idle (27 steps/s, 440k tokens/s: ~5% of an H100's bf16 peak); K = 4
+             processes per GPU take turns on it (no MPS: their kernels fill each other's gaps), and
+             the 64 cores of a 4-GPU machine feed 16 processes and their batch workers (~1.5 cores
+             each at full speed); if they get ~3x of one process's throughput per GPU: 240 / 4 / 3
+             ~ 20 minutes, plus ~1 minute of shared caches on the first call
+The first call measures it: the scheduler prints each job's minutes and, at the end, how many jobs ran
+at once on average; --per_gpu, --pre_batch, --compile and --workers are the knobs.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
@@ -281,9 +288,11 @@ def objective_and_model(cfg, objective, tok, task, options):
 
 def flops_per_step(model, batches):
     """Mean training FLOPs of these batches (model.estimate_flops per token, at their length)."""
-    return statistics.mean(
-        b.n_tokens * model.estimate_flops(b.input_ids.size(1), int((b.labels != -100).sum()) / b.n_tokens)
-        for b in batches)
+    per_batch = []
+    for b in batches:
+        predicted = int((b.labels != -100).sum()) / b.n_tokens
+        per_batch.append(b.n_tokens * model.estimate_flops(b.input_ids.size(1), predicted))
+    return statistics.mean(per_batch)
 
 
 def run_pretraining(name, seed, cfg, args):
@@ -469,7 +478,8 @@ def plan(todo, args):
         spec = SYSTEMS[name]
         source = spec["pretrained_as"] or name
         job = ("pre", source, seed)
-        if not spec["control"] and job not in pres and not (pre_dir(args, source, seed) / "done.json").exists():
+        done = (pre_dir(args, source, seed) / "done.json").exists()
+        if not spec["control"] and job not in pres and not done:
             pres.append(job)
     # seed 0 of every system first: a study cut short has every system once
     pres.sort(key=lambda j: j[2])
@@ -498,6 +508,9 @@ def schedule(jobs, args, store):
     running = {}
     deadline = time.time() + 60 * args.time_limit_min if args.time_limit_min else None
     new_cells = 0
+    # seconds of each finished job: their sum over the wall time is how many ran at once
+    busy = []
+    start = time.time()
     logs = Path(args.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     # a SIGTERM (a machine's time limit) stops the jobs as Ctrl-C does
@@ -510,23 +523,28 @@ def schedule(jobs, args, store):
                 print(f"{why} reached: {len(running)} job(s) in flight stopped, {len(jobs)} not "
                       "started", flush=True)
                 stop_all(running)
-                return new_cells
+                break
             while free and (job := next_job(jobs, args)):
                 jobs.remove(job)
                 slot = free.pop(0)
-                running[start_job(job, slot, args, logs)] = (job, slot)
+                running[start_job(job, slot, args, logs)] = (job, slot, time.time())
             if not running:
                 print(f"{len(jobs)} job(s) cannot run: their pre-training failed", flush=True)
-                return new_cells
+                break
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
-                job, slot = running.pop(proc)
+                job, slot, t0 = running.pop(proc)
                 free.append(slot)
+                busy.append(time.time() - t0)
+                print(f"{job_name(job)}: {busy[-1] / 60:.1f} min", flush=True)
                 new_cells += finished(job, proc.returncode, jobs, args, store, logs)
     except KeyboardInterrupt:
         print("interrupted: the jobs in flight stopped; finished cells are kept", flush=True)
         stop_all(running)
         raise SystemExit(130)
+    wall = time.time() - start
+    print(f"{len(busy)} job(s) finished: {sum(busy) / 60:.1f} process-minutes in {wall / 60:.1f} min "
+          f"of wall time ({sum(busy) / max(wall, 1e-9):.1f} at once on average)", flush=True)
     return new_cells
 
 
@@ -538,7 +556,9 @@ def finished(job, returncode, jobs, args, store, logs):
     """After a job: collect its cell, or drop the cells that needed a failed pre-training. -> new
     cells (0 or 1)."""
     if returncode:
-        print(f"failed (exit {returncode}): {job_name(job)}; see {logs / job_name(job)}.log",
+        log = logs / f"{job_name(job)}.log"
+        tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+        print(f"failed (exit {returncode}): {job_name(job)}; {log} ends:\n  " + "\n  ".join(tail),
               flush=True)
         if job[0] == "pre":
             for j in [j for j in jobs if j[0] == "ft" and pre_of(j) == job]:
@@ -561,7 +581,7 @@ def job_name(job):
 
 
 def start_job(job, slot, args, logs):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STUDY_SCHEDULER": str(os.getpid())}
     n_slots = max(1, args.gpus) * args.per_gpu
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // n_slots))
     if args.gpus:
@@ -595,6 +615,7 @@ def stop_all(running, grace=30):
     for proc in running:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    for proc in running:
         proc.wait()
 
 
@@ -641,7 +662,15 @@ def report(cells, tasks, names):
     lines = ["# The study: four objectives on one backbone", "",
              "Generated by `python bench/study.py report` from the cells in `bench/study/cells/` "
              "(one JSON per system, task and seed); do not edit by hand. How the study runs, its "
-             "settings and its budget: `bench/study.py`'s docstring.", ""]
+             "settings and its budget estimate: `bench/study.py`'s docstring; the pictures: "
+             "`notebooks/07_study.ipynb`.", "",
+             "Each objective pre-trains the same model on the same number of corpus tokens, then is "
+             "fine-tuned with its own recipe; a control is the same fine-tuning from random weights. "
+             "A value is the mean ± the standard deviation over seeds; the 95% interval is Student's "
+             "t over the seeds (with one seed: that run's bootstrap interval; BLEU has none). "
+             "Teacher-forced accuracy: the share of held-out reference tokens that are the model's "
+             "first choice given the true prefix, read through the decoding loop. Wall times are "
+             "per process, with several processes sharing a GPU.", ""]
     if cells:
         first = next(iter(cells.values()))
         cards = sorted({f"{c['card']} (torch {c['torch']})" for c in cells.values()})
@@ -877,10 +906,26 @@ def write_report(args):
     print(f"{args.page}: {len(cells)} cell(s) of {len(SYSTEMS)} systems")
 
 
+def watch_scheduler():
+    """A job whose scheduler is gone (killed without a chance to stop it) stops itself as the
+    scheduler would have: SIGTERM (train.py checkpoints), then exit. Never a GPU held by an orphan."""
+    import threading
+    scheduler = int(os.environ.get("STUDY_SCHEDULER", os.getppid()))
+
+    def watch():
+        while os.getppid() == scheduler:
+            time.sleep(2)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "job":
         # internal: one job of the scheduler, in its own process
+        watch_scheduler()
         job = json.loads(args.file)
         cfg = settings(args)
         if job[0] == "pre":
