@@ -166,9 +166,10 @@ def systems_of(args):
     return [s for s in SYSTEMS if s in wanted]
 
 
-def seeds_of(name, args):
-    return [k for k in range(args.seeds) if SYSTEMS[name]["seeds"] is None
-            or k in SYSTEMS[name]["seeds"]]
+def wanted_cells(names, tasks, seeds=3):
+    """(system, task, seed) of every cell these systems should have."""
+    return [(n, t, k) for n in names for k in range(seeds)
+            if SYSTEMS[n]["seeds"] is None or k in SYSTEMS[n]["seeds"] for t in tasks]
 
 
 def slug(name):
@@ -868,7 +869,7 @@ def run(args):
         if torch.cuda.device_count() < args.gpus:
             raise UsageError(f"--gpus {args.gpus}: only {torch.cuda.device_count()} GPU(s) here")
     done = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
-    wanted = [(n, t, k) for n in names for k in seeds_of(n, args) for t in cfg["tasks"]]
+    wanted = wanted_cells(names, cfg["tasks"], args.seeds)
     todo = [c for c in wanted if cell_stem(*c) not in done]
     print(f"{len(wanted) - len(todo)} cells done, {len(todo)} to run", flush=True)
     t0 = time.time()

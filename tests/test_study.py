@@ -81,7 +81,7 @@ def test_plan_shares_pretraining_and_puts_seed_zero_first(tmp_path):
                              "ernie_gen,ernie_gen/ft noise 0,palm/no pre-training"])
     names = study.systems_of(args)
     assert names == ["ernie_gen", "palm/no pre-training", "ernie_gen/ft noise 0"]
-    todo = [(n, t, k) for n in names for k in study.seeds_of(n, args) for t in ("gigaword",)]
+    todo = study.wanted_cells(names, ["gigaword"], args.seeds)
     # the diagnostic runs one seed
     assert ("ernie_gen/ft noise 0", "gigaword", 1) not in todo
     jobs = study.plan(todo, args)
