@@ -1,5 +1,6 @@
-"""The study no paper ran: the four objectives on one backbone, equal corpus tokens, seeds, two tasks,
-controls, the papers' cheap ablations and the ERNIE-GEN / PALM diagnostics; resumable across machines.
+"""The study no paper ran: four objectives, one backbone, equal corpus tokens, seeds and controls.
+
+Two tasks, the papers' cheap ablations and the ERNIE-GEN / PALM diagnostics; resumable across machines.
 
     python bench/study.py --gpus 4 --per_gpu 4 --time_limit_min 8 --cells_out $OUT/cells.jsonl \\
         --data_dir out/data                        # run what is missing, stop cleanly at the limit
@@ -792,9 +793,11 @@ def plot_bars(ax, cells, task, pairs, title):
                         fontsize=7)
             else:
                 ax.text(i + offset, 0, "not\nrun", ha="center", va="bottom", fontsize=7)
-        variant = right.split("/", 1)[1] if "/" in right else right
-        ticks.append(left if variant == "no pre-training" else f"{left}\nvs {variant}")
-    ax.set_xticks(range(len(pairs)), ticks, fontsize=7)
+        control = right == f"{left}/no pre-training"
+        ticks.append(left if control else f"{right}\n(vs {left})")
+    rotation = 0 if all(r == f"{l}/no pre-training" for l, r in pairs) else 25
+    ax.set_xticks(range(len(pairs)), ticks, fontsize=7, rotation=rotation,
+                  ha="center" if rotation == 0 else "right")
     ax.set_ylabel(f"{NAMES[metric]} (mean, std over seeds)")
     ax.set_title(title, fontsize=9)
     legend(ax)
