@@ -11,8 +11,8 @@ Two tasks, the papers' cheap ablations and the ERNIE-GEN / PALM diagnostics; res
 A CELL is one (system, task, seed): fine-tuning, decoding, scores, teacher-forced accuracy and three
 sample outputs, as one small JSON (bench/study/cells/<system>__<task>__seed<k>.json once committed).
 A run reads the cells already done from --cells (the committed folder), OUT/cells and --cells_out,
-and runs only the others; so a study cut by a time limit continues in the next session and loses at most the cells
-in flight. The scheduler runs JOBS, --per_gpu processes on each of --gpus GPUs (the small model
+and runs only the others; so a study cut by a time limit continues in the next session and loses at
+most the cells in flight. The scheduler runs JOBS, --per_gpu processes on each of --gpus GPUs (the small model
 leaves an H100 mostly idle, so several share one): a PRE-TRAINING job per (system, seed), shared by
 its tasks and by the fine-tuning-only diagnostics, and a FINE-TUNING job per cell once its
 pre-training is done. Pre-training checkpoints stay under --out/work: on the same machine (an
