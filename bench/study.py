@@ -105,7 +105,7 @@ SYSTEMS = {
     "ernie_gen/no noise": system("ernie_gen", pre=dict(rho_p=0.0), ft=dict(rho_f=0.0),
                                  ablation_of="ernie_gen"),                            # ERNIE-GEN Table 6
     "palm/no copy": system("palm", pre=dict(copy=False), ft=dict(copy=False), ablation_of="palm"),
-    "palm/no copy, no pre-training": system("palm", control=True, ft=dict(copy=False),
+    "palm/no copy/no pre-training": system("palm", control=True, ft=dict(copy=False),
                                             ablation_of="palm/no pre-training"),
     # diagnostics of ERNIE-GEN's gap (1 seed): fine-tuning noise, lambda, the span flow in
     # fine-tuning; the first three reuse ernie_gen's pre-training
@@ -117,15 +117,15 @@ SYSTEMS = {
                                      pretrained_as="ernie_gen", ablation_of="ernie_gen", seeds=(0,)),
     "ernie_gen/lambda 0.8": system("ernie_gen", pre=dict(lam_pretrain=0.8), ft_task=ERNIE_FT,
                                    ablation_of="ernie_gen", seeds=(0,)),
-    "ernie_gen/no pre-training, ft noise 0": system("ernie_gen", control=True, ft=dict(rho_f=0.0),
-                                                    ablation_of="ernie_gen/no pre-training",
-                                                    seeds=(0,)),
+    "ernie_gen/ft noise 0/no pre-training": system("ernie_gen", control=True,
+                                                   ft=dict(rho_f=0.0), seeds=(0,),
+                                                   ablation_of="ernie_gen/no pre-training"),
 }
 # what pre-training adds: each pre-trained system and the same fine-tuning from random weights
 GAIN_PAIRS = [("unilm", "unilm/no pre-training"), ("pmlm", "pmlm/no pre-training"),
               ("ernie_gen", "ernie_gen/no pre-training"), ("palm", "palm/no pre-training"),
-              ("palm/no copy", "palm/no copy, no pre-training"),
-              ("ernie_gen/ft noise 0", "ernie_gen/no pre-training, ft noise 0")]
+              ("palm/no copy", "palm/no copy/no pre-training"),
+              ("ernie_gen/ft noise 0", "ernie_gen/ft noise 0/no pre-training")]
 TINY_SYSTEMS = ("pmlm", "palm", "pmlm/no pre-training")
 TASKS = {
     "gigaword": dict(train="gigaword10k/train.article.txt", score="gigaword10k/valid", lp=0.6,
@@ -257,7 +257,7 @@ def train_flags(cfg, objective, out, cache, options, args):
     if args.workers >= 0:
         flags += ["--workers", str(args.workers)]
     for key, value in options.items():
-        flags += [f"--{key}", str(value).lower()]
+        flags += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
     return flags
 
 
@@ -307,7 +307,11 @@ def run_pretraining(name, seed, cfg, args):
         return
     cache = args.cache_dir
     corpus = corpus_path(cfg, args)
-    steps, flops = pretrain_steps(cfg, spec["objective"], spec["pre"], cache, seed, corpus)
+    options = dict(spec["pre"])
+    if spec["objective"] == "ernie_gen":
+        # the span flow's spans, as train.py will cut them
+        options["span_vocab"] = prepare(cfg, args, ernie=True)
+    steps, flops = pretrain_steps(cfg, spec["objective"], options, cache, seed, corpus)
     # the seconds of earlier, interrupted parts of this pre-training
     partial = folder / "partial.json"
     seconds = json.loads(partial.read_text())["seconds"] if partial.exists() else 0.0
@@ -340,6 +344,9 @@ def run_cell(name, task, seed, cfg, args):
     cache = args.cache_dir
     out = Path(args.out) / "work" / f"{slug(name)}-s{seed}" / f"ft-{task}"
     options = {**spec["ft"], **spec["ft_task"].get(task, {})}
+    if options.get("lam_finetune", 1.0) < 1:
+        # the span flow in fine-tuning cuts spans with the corpus's span vocabulary (3.3)
+        options["span_vocab"] = prepare(cfg, args, ernie=True)
     flags = train_flags(cfg, spec["objective"], out, cache, options, args)
     flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size",
               str(cfg["ft_batch"]), "--lr", str(cfg["ft_lr"]), "--seed", str(seed)]
@@ -380,18 +387,20 @@ def vocab_file(cfg, cache, args):
 
 def prepare(cfg, args, ernie, progress=False):
     """The caches every job reads, built once before the jobs start (not by 4 x K processes at
-    once): the vocabulary and the tokenized corpus, ERNIE-GEN's span vocabulary, SQuAD's split."""
+    once): the vocabulary and the tokenized corpus, ERNIE-GEN's span vocabulary, SQuAD's split.
+    -> the span vocabulary's path."""
     import data
     tok, splits, info = data.prepare_pretrain(corpus_path(cfg, args), cfg["vocab"], args.cache_dir,
                                               max_tokens=cfg["seq_len"] - 3, progress=progress)
     tok.save(Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt")
+    # where train.py looks for it (train.load_data)
+    spans = Path(info["cache_path"]) / "span_vocab.json"
     if ernie:
-        # where train.py looks for it (train.load_data)
         from objectives.ernie_gen import build_span_vocab
-        build_span_vocab(splits["train"], tok, cache_path=Path(info["cache_path"]) / "span_vocab.json",
-                         progress=progress)
+        build_span_vocab(splits["train"], tok, cache_path=spans, progress=progress)
     if "squad_qg" in cfg["tasks"]:
         squad_split(args.data_dir, args.out)
+    return str(spans)
 
 
 def finetune_flops(ckpt, task, cfg, args):
@@ -878,8 +887,8 @@ def run(args):
     t0 = time.time()
     jobs = plan(todo, args)
     if jobs:
-        prepare(cfg, args, ernie=any(j[0] == "pre" and SYSTEMS[j[1]]["objective"] == "ernie_gen"
-                                     for j in jobs), progress=not args.tiny)
+        prepare(cfg, args, ernie=any(SYSTEMS[j[1]]["objective"] == "ernie_gen" for j in jobs),
+                progress=not args.tiny)
     new = schedule(jobs, args, args.cells_out)
     print(f"{new} new cell(s) in {(time.time() - t0) / 60:.1f} min; in {args.cells_out}", flush=True)
     cells = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)

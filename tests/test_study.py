@@ -114,6 +114,8 @@ def test_cells_round_trip_and_other_settings_are_ignored(tmp_path, capsys):
 
 def test_every_ablation_names_a_system_and_every_objective_a_control():
     for name, spec in study.SYSTEMS.items():
+        # --only takes a comma-separated list
+        assert "," not in name
         assert spec["ablation_of"] in (None, *study.SYSTEMS), name
         assert spec["pretrained_as"] in (None, *study.SYSTEMS), name
     for objective in study.COLORS:
