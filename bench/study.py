@@ -99,11 +99,12 @@ SYSTEMS = {
     "palm/no pre-training": system("palm", control=True),
     # the papers' ablations that are cheap here (3 seeds)
     "unilm/no seq2seq LM": system("unilm", pre=dict(weight_seq2seq=0.0), ablation_of="unilm"),
-    "pmlm/AE only": system("pmlm", pre=dict(par=False), ablation_of="pmlm"),          # UniLMv2 Table 7
+    # UniLMv2 4.6, Table 6 "- PAR" (its row also drops the relative bias; ours keeps it)
+    "pmlm/AE only": system("pmlm", pre=dict(par=False), ablation_of="pmlm"),
     "ernie_gen/no span flow": system("ernie_gen", pre=dict(lam_pretrain=1.0), ft_task=ERNIE_FT,
-                                     ablation_of="ernie_gen"),                        # ERNIE-GEN Table 6
+                                     ablation_of="ernie_gen"),                        # ERNIE-GEN Table 7
     "ernie_gen/no noise": system("ernie_gen", pre=dict(rho_p=0.0), ft=dict(rho_f=0.0),
-                                 ablation_of="ernie_gen"),                            # ERNIE-GEN Table 6
+                                 ablation_of="ernie_gen"),                            # ERNIE-GEN Table 7
     "palm/no copy": system("palm", pre=dict(copy=False), ft=dict(copy=False), ablation_of="palm"),
     "palm/no copy/no pre-training": system("palm", control=True, ft=dict(copy=False),
                                             ablation_of="palm/no pre-training"),

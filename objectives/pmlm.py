@@ -177,7 +177,7 @@ class PMLMObjective(Objective):
     target_noise_prob = option(0.5, "fine-tuning: share of visible target tokens noised 80/10/10 "
                                     "(official s2s-ft)")
     par = option(True, "pre-training with the partially autoregressive part; false = L_AE only, "
-                       "no block appended (Table 7, '- PAR')")
+                       "no block appended (4.6, Table 6 '- PAR')")
 
     def check_options(self):
         probabilities = ("mask_prob", "block_prob", "mask_token_prob", "random_token_prob",
@@ -284,7 +284,7 @@ class PMLMObjective(Objective):
         # a kept slot shows its own token to every [P]: it becomes PAR context
         # (docstring, "The 10% kept slots")
         par_blocks = [b for b in ([p for p in blk if p not in kept] for blk in blocks) if b]
-        # the ablation without PAR (Table 7) appends nothing: the input is BERT's, the loss L_AE
+        # the ablation without PAR (4.6, Table 6) appends nothing: the input is BERT's, the loss L_AE
         par_blocks = par_blocks if self.par else []
         ae_positions = [p for blk in blocks for p in blk]
         return pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks,

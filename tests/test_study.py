@@ -123,7 +123,7 @@ def test_every_ablation_names_a_system_and_every_objective_a_control():
 
 
 def test_pmlm_ae_only_appends_nothing_and_is_l_ae():
-    """UniLMv2 Table 7 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
+    """UniLMv2 4.6, Table 6 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
     import data
     import model as M
     from objectives import get_objective
