@@ -18,10 +18,15 @@ CPython 3.11: 462 documents, 2.1M characters, 24k sentences; 2,663 seq2seq pairs
     tok, splits, info = prepare_pretrain("my_texts/")      # *.txt files, blank line = new document
     pairs = prepare_seq2seq("data/train.article.txt", tok) # + valid/test siblings if present
     for batch, state in infinite_batches(splits["train"], 32, seed=0, rank=r, world_size=w): ...
+    loader = batch_loader(StepBatches(objective, splits["train"], 32, 1, 0, 1000), workers=2)
 
 Everything slow (stdlib parsing, vocabulary training, tokenization) is cached under cache_dir and
 rebuilt when its inputs change; delete the folder at any time. Under torchrun, let rank 0 prepare
 first (then a barrier) so the ranks do not all build the same cache.
+
+train.py's loop reads a DataLoader over StepBatches (the end of this file): every training step's
+Batches, built by the objective in worker processes on a GPU machine, in the training process on a
+CPU, the same whichever builds them.
 
 Left out on purpose: streaming corpora larger than memory, sentence splitting by a trained model
 (the regex splitter's limits are listed at split_sentences), and any download.
@@ -34,6 +39,7 @@ import json
 import os
 import random
 import re
+import signal
 import sys
 import sysconfig
 import warnings
@@ -42,6 +48,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from utils import DataError, atomic_write, read_text, split_lines
@@ -380,9 +387,8 @@ def _split_documents(docs, valid_frac, label):
     if valid_frac > 0 and not valid:
         if len(docs) < 2:
             raise DataError(f"{label}: only {len(docs)} document(s), too few to hold out a "
-                            "validation split (a blank line separates documents; for one document "
-                            "a line, pass read_documents(path, one_per_line=True); or use "
-                            "valid_frac=0)")
+                            "validation split (a blank line separates documents; for a file with "
+                            "one document a line, add --one_document_per_line)")
         valid = [min(docs, key=lambda d: _bucket(d.name))]
     names = {d.name for d in valid}
     return [d for d in docs if d.name not in names], valid
@@ -407,10 +413,11 @@ def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
 
 
 def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=253,
-                     valid_frac=0.02, tokenizer=None, progress=True):
+                     valid_frac=0.02, tokenizer=None, progress=True, one_per_line=False):
     """-> (tokenizer, {"train": passages, "valid": passages}, info).
 
-    data: None (the embedded corpus), a path for read_documents, or a list of Documents.
+    data: None (the embedded corpus), a path for read_documents (one_per_line passed on), or a
+    list of Documents.
     Documents go to train/valid by a stable hash of their name. Without a tokenizer, a WordPiece is
     trained on the train documents (vocab-*.txt in cache_dir). Sentences are tokenized once and
     cached as numpy arrays, keyed by the corpus content, valid_frac, the tokenizer's fingerprint and
@@ -426,7 +433,7 @@ def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=
         docs = default_documents(cache_dir)
         label = "the embedded corpus"
     elif isinstance(data, (str, os.PathLike)):
-        docs = read_documents(data)
+        docs = read_documents(data, one_per_line)
         label = str(data)
     else:
         docs = list(data)
@@ -478,6 +485,12 @@ def _sibling_splits(path) -> dict[str, Path]:
                     found[split] = sibling
                     break
     return found
+
+
+def seq2seq_sources(path) -> dict[str, Path]:
+    """{split: the file holding its sources} of a seq2seq path (a .jsonl, or the source file of a
+    parallel pair) and its valid/test siblings: what generate.py --input reads."""
+    return {split: _resolve_seq2seq(p)[0] for split, p in _sibling_splits(path).items()}
 
 
 def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True):
@@ -598,6 +611,68 @@ def infinite_batches(examples, batch_size, seed, rank=0, world_size=1, drop_last
                           else {"epoch": epoch, "index": index})
         epoch = epoch + 1
         index = 0
+
+
+# ---------------------------------------------------------------- train.py's stream of step batches
+
+class StepBatches(torch.utils.data.IterableDataset):
+    """Every training step's micro-batches (a list of grad_accum objectives.Batch), built on the CPU
+    by the objective, as (step, batches, the objective's count of skipped examples).
+
+    Step s of rank r always gets the same examples (batch_at: micro-batch s * grad_accum + m of the
+    rank's stream) and the same randomness (seeded by seed, rank, step, micro), whichever process
+    builds it: a resumed run replays exactly, and DDP ranks read disjoint shards. In a DataLoader
+    with W workers, worker w builds the steps s = w (mod W) and the DataLoader hands them over in
+    order; without workers the training process builds them itself.
+    """
+
+    def __init__(self, objective, examples, batch_size, grad_accum, seed, max_steps, rank=0,
+                 world=1, start=0):
+        self.objective = objective
+        self.examples = examples
+        self.batch_size = batch_size
+        self.grad_accum = grad_accum
+        self.seed = seed
+        self.max_steps = max_steps
+        self.rank = rank
+        self.world = world
+        self.start = start
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info()
+        first, every = (worker.id, worker.num_workers) if worker else (0, 1)
+        for step in range(self.start + first, self.max_steps, every):
+            yield step, self.build(step), dict(self.objective.skipped)
+
+    def build(self, step):
+        # PALM's two stages switch on the step
+        self.objective.set_step(step, self.max_steps)
+        batches = []
+        for micro in range(self.grad_accum):
+            index = step * self.grad_accum + micro
+            examples = batch_at(self.examples, self.batch_size, self.seed, index, self.rank,
+                                self.world)
+            rng = random.Random(f"{self.seed}:{self.rank}:{step}:{micro}")
+            batches.append(self.objective.make_batch(examples, rng))
+        return batches
+
+
+def leave_signals_to_the_trainer(worker_id):
+    """A DataLoader worker ignores Ctrl-C and SIGTERM: a terminal, a scheduler or `timeout` signals
+    the whole process group, and the training process alone decides (it stops cleanly, with a
+    checkpoint, then ends its workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def batch_loader(dataset, workers=0, pin_memory=False):
+    """A DataLoader over StepBatches: `workers` processes build the steps ahead (0: the calling
+    process builds each when asked), pinned memory for asynchronous copies to a GPU."""
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
+                                       pin_memory=pin_memory,
+                                       prefetch_factor=4 if workers else None,
+                                       persistent_workers=workers > 0,
+                                       worker_init_fn=leave_signals_to_the_trainer)
 
 
 # ------------------------------------------------------------------------------------- command line

@@ -3,8 +3,8 @@
 
 Seq2seq layout (objectives/__init__.py): the source `[SOS] src [EOS]` sits at positions 0..S-1
 with segment segments[0]; the target part at positions S, S+1, ... with segment segments[1]. The
-source is encoded ONCE into a KV cache (per-layer keys and values; StaticKVCache below,
-model.KVCache preallocated); each step runs only its new tokens:
+source is encoded ONCE into a KV cache (per-layer keys and values, model.KVCache); each step runs
+only its new tokens:
 
     query token q ([MASK] UniLM 2.5, [P] UniLMv2 3.4, [ATTN] ERNIE-GEN 3.3 infilling decoding):
         step t feeds  y_{t-1} @ S+t-1 (t > 0)  and  q @ S+t,  both with segment segments[1];
@@ -14,21 +14,20 @@ model.KVCache preallocated); each step runs only its new tokens:
         predicts y_t through the pointer-generator (objective.decode_logprobs with the source
         states), and it is committed.
 
-Both are one rule: at step t the target part is [y_0 .. y_{t-1}, q] or [[SOS], y_0 .. y_{t-1}];
-its column i sees the real source and target columns <= i (the seq2seq mask) and the last column
-predicts y_t. The cached decoder runs only the columns not yet in the cache; `use_cache=False`
-(--no_cache) recomputes every column every step with the very same ids, positions, segments and
-mask: the reference the tests hold the cache to. Sources of different lengths are right-padded;
-each row's target starts at its own S_b and padding keys are never attended.
+Both are one rule, objectives/masks.py's: at step t the target part is [y_0 .. y_{t-1}, q] or
+[[SOS], y_0 .. y_{t-1}]; the real source is CTX, target column i is ORIG of step i + 1 and the
+query token PSEUDO of its step, so masks.attention_mask makes the seq2seq mask (column i sees the
+real source and target columns <= i; the query sees y_<t and itself), and a token of step r sits at
+position S_b + r - 1. The cached decoder runs only the columns not yet in the cache;
+`use_cache=False` (--no_cache) recomputes every column every step with the very same ids,
+positions, segments and mask: the reference the tests hold the cache to. Sources of different
+lengths are right-padded; each row's target starts at its own S_b and padding keys are never
+attended. notebooks/decoding.ipynb and ernie_gen.ipynb trace the steps.
 
-Static shapes and CUDA graphs: at base size a step launches several hundred small kernels, and on
-a GPU their launch cost, not the GPU work, is the step's time. By default (cuda_graph=None) the
-cache runs in full-capacity mode (FullCapacityKVCache): new keys and values are written at a fill
-index held on the device and every layer attends to the whole buffer, the mask hiding the slots
-not written yet, so every step has the same shapes; on CUDA the step (the blocks and
-decode_logprobs) is then captured once as a CUDA graph and replayed (GraphedStep), elsewhere it
-runs eagerly with the same numbers. Beam reorders and the search stay outside the graph.
-cuda_graph=False (--no_cuda_graph) runs StaticKVCache's growing views eagerly.
+On CUDA (cuda_graph=None, the default) the cached steps run in the GPU speed layer instead:
+fast.StaticStep keeps every shape fixed and replays each step as a CUDA graph (at base size a step
+launches several hundred small kernels, whose launch cost, not the GPU work, is the step's time).
+It equals this readable decoder (tests/test_fast.py); --no_cuda_graph keeps the readable one.
 
 Beam search runs a flattened (sources x beams) batch: each step adds the log-probabilities of
 every one-token extension to its beam's total, keeps the top 2K per source, puts those ending in
@@ -41,8 +40,10 @@ forbidden when it would repeat an n-gram of the hypothesis, unless that n-gram c
 word (default ".", so a sentence opening such as ". the" may recur).
 
 Run:  python generate.py --ckpt out/model.pt --input test.src --output test.hyp --beam 5
-Checkpoints are read as data (utils.read_checkpoint: torch.load(weights_only=True)); a bad flag or
-file is one line on stderr, `generate.py: error: ...`, and exit status 2.
+A pre-training checkpoint is refused (fine-tune it first: python train.py --task seq2seq
+--init_from CKPT). Checkpoints are read as data (utils.read_checkpoint:
+torch.load(weights_only=True)); a bad flag or file is one line on stderr,
+`generate.py: error: ...`, and exit status 2.
 Left out: sampling (top-k / nucleus), diverse beams, constrained decoding, HF's early_stopping
 heuristics.
 """
@@ -57,11 +58,12 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
+import fast
 import model as M
-from objectives import get_objective, pad
+from objectives import get_objective, masks, pad
+from objectives.masks import CTX, ORIG, PAD, PSEUDO
 from tokenizer import WordPiece
 from utils import (DataError, UsageError, atomic_write, exit_with_error, pick_device,
                    read_checkpoint, read_lines)
@@ -78,147 +80,20 @@ def gnmt_penalty(n, alpha):
 # The incremental decoder: one rule for every objective
 
 
-class StaticKVCache(M.KVCache):
-    """model.KVCache with preallocated buffers (N, H, capacity, D) per layer.
-
-    model.KVCache concatenates, which copies the whole cache in every layer at every step (on an
-    H100 that was 3/4 of the decoding time at base size); here new keys/values are written in
-    place and the layers attend to a view. A beam reorder that keeps every row with its source
-    (`same_sources`) moves only the target part: the beams of one source share the source's keys
-    and values.
-    """
-
-    def __init__(self, n_layer, capacity, n_src):
-        super().__init__(n_layer)
-        self.capacity = capacity
-        self.n_src = n_src
-        self.n = 0
-        self.pos_buf = None
-
-    def __len__(self):
-        return self.n
-
-    def buffers(self, i, k_new):
-        """Layer i's key and value buffers (N, H, capacity, D), made at its first forward."""
-        if self.k[i] is None:
-            shape = (*k_new.shape[:2], self.capacity, k_new.size(3))
-            self.k[i] = k_new.new_zeros(shape)
-            self.v[i] = k_new.new_zeros(shape)
-        return self.k[i], self.v[i]
-
-    def layer(self, i, k_new, v_new):
-        k, v = self.buffers(i, k_new)
-        end = self.n + k_new.size(2)
-        # written in place, uncommitted until commit()
-        k[:, :, self.n:end] = k_new
-        v[:, :, self.n:end] = v_new
-        return k[:, :, :end], v[:, :, :end]                        # (N, H, Lc + L, D) views
-
-    def commit(self, n):
-        if self.pos_buf is None:
-            self.pos_buf = self.pending_pos.new_zeros(self.pending_pos.size(0), self.capacity)
-        self.pos_buf[:, self.n:self.n + n] = self.pending_pos[:, :n]
-        # the keys/values are already in place; a dropped query is overwritten by the next step
-        self.n += n
-        self.pos = self.pos_buf[:, :self.n]
-
-    def reorder(self, index, same_sources=False):
-        if same_sources:
-            # only the target part differs between the beams of one source
-            for buf in self.k + self.v:
-                buf[:, :, self.n_src:self.n] = buf[:, :, self.n_src:self.n].index_select(0, index)
-        else:
-            self.k = [b.index_select(0, index) for b in self.k]
-            self.v = [b.index_select(0, index) for b in self.v]
-            self.pos_buf = self.pos_buf.index_select(0, index)
-        self.pos = self.pos_buf[:, :self.n]
-
-
-class FullCapacityKVCache(StaticKVCache):
-    """StaticKVCache in full-capacity mode: every decoding step has the same shapes, which a CUDA
-    graph needs (GraphedStep).
-
-    The new keys, values and positions are written at the fill index, a DEVICE tensor that commit()
-    advances in place, and every layer attends to the WHOLE (N, H, capacity, D) buffer: the
-    decoder's mask (N, L, capacity) hides the slots not written yet. Nothing a step runs reads a
-    Python number that changes from step to step; `n` is the same count on the host, for the
-    bookkeeping outside the step (len, beam reorders).
-    """
-
-    def __init__(self, n_layer, capacity, n_src, device):
-        super().__init__(n_layer, capacity, n_src)
-        self.fill = torch.zeros((), dtype=torch.long, device=device)
-        self.slots = None
-
-    def key_positions(self, position_ids):
-        """Write the new tokens' positions (N, L) at their slots -> every slot's position
-        (N, capacity)."""
-        if self.pos_buf is None:
-            self.pos_buf = position_ids.new_zeros(position_ids.size(0), self.capacity)
-        # this forward's slots: fill, fill + 1, ... (encode calls this once, before the layers)
-        self.slots = self.fill + torch.arange(position_ids.size(1), device=position_ids.device)
-        self.pos_buf.index_copy_(1, self.slots, position_ids)
-        return self.pos_buf
-
-    def layer(self, i, k_new, v_new):
-        k, v = self.buffers(i, k_new)
-        # written in place, uncommitted until commit()
-        k.index_copy_(2, self.slots, k_new)
-        v.index_copy_(2, self.slots, v_new)
-        return k, v                                                # (N, H, capacity, D)
-
-    def commit(self, n):
-        # keys, values and positions are already in place; a dropped query's slot is overwritten
-        # by the next step
-        self.n += n
-        self.fill += n
-
-
-class GraphedStep:
-    """fn(*inputs) -> tensor, recorded once as a CUDA graph and replayed: one launch for a whole
-    decoding step instead of one per kernel (at base size several hundred kernels, whose launches
-    cost the CPU milliseconds for well under a millisecond of GPU work).
-
-    torch.cuda.graph's documented pattern: fn runs once on a side stream first (cuBLAS handles,
-    autotuning, torch.compile happen outside the capture), then it is captured on static copies of
-    the inputs. A call copies its inputs into them, replays, and returns a copy of the static
-    output; fn's writes into the cache replay too. The graph holds the addresses of every tensor fn
-    reads or writes: it is valid only while none of them is reallocated (Decoder.reorder).
-    """
-
-    def __init__(self, fn, *inputs):
-        with torch.cuda.device(inputs[0].device):
-            self.inputs = [x.clone() for x in inputs]
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                fn(*self.inputs)
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, stream=side):
-                self.output = fn(*self.inputs)
-
-    def __call__(self, *inputs):
-        for static, x in zip(self.inputs, inputs):
-            static.copy_(x)
-        self.graph.replay()
-        return self.output.clone()
-
-
-def step_mode(cuda_graph, use_cache, device):
-    """generate's cuda_graph option -> (static shapes?, replayed as a CUDA graph?). None: static
-    shapes, replayed on CUDA and run eagerly elsewhere; True: the same, and a ValueError where no
-    graph can run; False: StaticKVCache's growing views, eagerly."""
+def graph_step(cuda_graph, use_cache, device):
+    """generate's cuda_graph option -> whether decoding runs the GPU speed layer's static step,
+    replayed as a CUDA graph (fast.StaticStep). None: on CUDA with the cache, the readable cache
+    elsewhere; True: the graph, and a ValueError where none can run; False: the readable cache."""
     if cuda_graph and (device.type != "cuda" or not use_cache):
         raise ValueError(f"cuda_graph=True needs the KV cache on a CUDA device (here: "
                          f"{device.type}, use_cache={use_cache}); None uses it where it can run")
-    static = use_cache and cuda_graph is not False
-    return static, static and device.type == "cuda"
+    return use_cache and cuda_graph is not False and device.type == "cuda"
 
 
 class Decoder:
     """Decoding state of N rows (sources x beams): src_ids (N, S) right-padded, src_len (N,),
-    tgt (N, t) so far. cuda_graph: generate's option (step_mode)."""
+    tgt (N, t) so far; the source encoded once into a KV cache (model.KVCache), unless use_cache is
+    False. cuda_graph: generate's option (graph_step)."""
 
     def __init__(self, model, objective, sources, max_len, use_cache=True, cuda_graph=None):
         tok = objective.tok
@@ -229,30 +104,27 @@ class Decoder:
         self.query = None if query is None else tok.token_to_id(query)
         self.sos = tok.sos_id
         device = next(model.parameters()).device
-        self.static, self.graphed = step_mode(cuda_graph, use_cache, device)
-        self.graph = None                      # the GraphedStep, captured at the first graphed step
         src = [[tok.sos_id] + list(s) + [tok.eos_id] for s in sources]
         self.src_ids = pad(src, tok.pad_id).to(device)                          # (N, S)
         self.src_len = torch.tensor([len(s) for s in src], device=device)      # (N,)  S_b
         self.S = self.src_ids.size(1)
         self.tgt = self.src_ids.new_zeros(len(src), 0)                         # (N, t)
-        self.cache = None
-        self.source = None
-        if use_cache:
-            # room for the source, max_len target tokens and the query
-            capacity = self.S + max_len + 1
-            n_layer = model.config.n_layer
-            ids, pos, seg, mask = self._inputs(0, with_target=False)
-            if self.static:
-                self.cache = FullCapacityKVCache(n_layer, capacity, self.S, device)
-                # the layers attend to the whole buffer: the target slots stay hidden
-                mask = F.pad(mask, (0, capacity - self.S))
-            else:
-                self.cache = StaticKVCache(n_layer, capacity, self.S)
+        self.cache = self.source = self.fast = None
+        if graph_step(cuda_graph, use_cache, device):
+            self.use_fast_step(max_len, graphed=True)
+        elif use_cache:
+            self.cache = M.KVCache(model.config.n_layer)
             # encode the source once; its keys and values stay in the cache
-            h = model(ids, pos, seg, mask, cache=self.cache)
+            h = model(*self._inputs(0, with_target=False), cache=self.cache)
             self.cache.commit(self.S)
             self.source = self._source_extras(h)
+
+    def use_fast_step(self, max_len, graphed):
+        """Run the cached steps in the GPU speed layer instead: fast.StaticStep, static shapes,
+        replayed as a CUDA graph if graphed (tests run it eagerly on a CPU against this decoder)."""
+        self.fast = fast.StaticStep(self, max_len, graphed)
+        self.cache = self.fast.cache
+        self.source = self._source_extras(self.fast.encode_source(self))
 
     def _target_part(self):
         """(N, t + 1): [y_0 .. y_{t-1}, query], or without a query token [[SOS], y_0 .. y_{t-1}]."""
@@ -260,27 +132,35 @@ class Decoder:
             return torch.cat([self.tgt, self.tgt.new_full((self.tgt.size(0), 1), self.query)], 1)
         return torch.cat([self.tgt.new_full((self.tgt.size(0), 1), self.sos), self.tgt], dim=1)
 
+    def _layout(self, with_target=True):
+        """ids, kind and step (N, L) of the whole sequence so far, the mask's description
+        (objectives/masks.py): the real source is CTX; target column i is ORIG of step i + 1, except
+        the query token, PSEUDO of its step: it predicts y_t and sees source + y_<t + itself."""
+        j = torch.arange(self.S, device=self.src_ids.device)
+        kind = torch.where(j < self.src_len[:, None], CTX, PAD)                 # (N, S)
+        ids, step = self.src_ids, torch.zeros_like(kind)
+        if with_target:
+            part = self._target_part()                                         # (N, T)
+            t_kind = torch.full_like(part, ORIG)
+            if self.query is not None:
+                t_kind[:, -1] = PSEUDO
+            t_step = torch.arange(1, part.size(1) + 1, device=part.device).expand_as(part)
+            ids = torch.cat([ids, part], dim=1)
+            kind = torch.cat([kind, t_kind], dim=1)
+            step = torch.cat([step, t_step], dim=1)
+        return ids, kind, step
+
     def _inputs(self, start, with_target=True):
         """ids, positions, segments (N, L - start) and mask (N, L - start, L) of columns start..
         of the sequence."""
-        N = self.src_ids.size(0)
-        S = self.S
-        dev = self.src_ids.device
-        ids = self.src_ids
-        pos = torch.arange(S, device=dev).expand(N, S)
-        seg = torch.full_like(ids, self.seg_src)
-        if with_target:
-            part = self._target_part()                                         # (N, T)
-            ids = torch.cat([ids, part], dim=1)
-            # each row's target starts right after its own source: positions S_b, S_b + 1, ...
-            tgt_pos = self.src_len[:, None] + torch.arange(part.size(1), device=dev)
-            pos = torch.cat([pos, tgt_pos], dim=1)
-            seg = torch.cat([seg, torch.full_like(part, self.seg_tgt)], dim=1)
+        ids, kind, step = self._layout(with_target)
         L = ids.size(1)
-        i = torch.arange(start, L, device=dev)[None, :, None]                  # query columns
-        j = torch.arange(L, device=dev)[None, None, :]                         # key columns
-        real_src = (j < S) & (j < self.src_len[:, None, None])   # source padding stays hidden
-        mask = real_src | ((j >= S) & (j <= i))                  # target column i sees <= i
+        j = torch.arange(L, device=ids.device).expand_as(ids)
+        target = j >= self.S
+        # the source at 0..S-1; a target token of step r at S_b + r - 1 (right after its source)
+        pos = torch.where(target, self.src_len[:, None] + step - 1, j)
+        seg = torch.where(target, self.seg_tgt, self.seg_src)
+        mask = masks.attention_mask(kind, step, start)
         return ids[:, start:], pos[:, start:], seg[:, start:], mask
 
     def _source_extras(self, h):
@@ -292,8 +172,8 @@ class Decoder:
     @torch.no_grad()
     def logprobs(self):
         """Run this step's new columns -> log-probabilities (N, V) of the next token y_t."""
-        if self.static:
-            return self._static_logprobs()
+        if self.fast is not None:
+            return self.fast.logprobs(self)
         # without a cache every column runs again
         start = len(self.cache) if self.cache is not None else 0
         h = self.model(*self._inputs(start), cache=self.cache)                 # (N, n_new, d)
@@ -304,42 +184,6 @@ class Decoder:
             self.cache.commit(n)
         return self.objective.decode_logprobs(self.model, h[:, -1], self.source)
 
-    def _static_logprobs(self):
-        """logprobs() with static shapes: the new columns' inputs are built from the cache's fill
-        index, src_len and the last tokens, not from the whole sequence; _static_step runs them,
-        replayed as a CUDA graph from the second step on where self.graphed."""
-        # the target columns not in the cache yet: [y_{t-1}, query] ([query] alone at t = 0), or
-        # [y_{t-1}] ([SOS] at t = 0)
-        ids = self._target_part()[:, len(self.cache) - self.S:]                # (N, n_new)
-        cols = self.cache.fill + torch.arange(ids.size(1), device=ids.device)  # (n_new,) slots
-        # each row's target starts right after its own source: positions S_b, S_b + 1, ...
-        pos = self.src_len[:, None] + (cols - self.S)                           # (N, n_new)
-        # embedded outside the graph (as measured; embed's position check, which reads the GPU
-        # and so cannot be captured, now runs on CPU tensors only)
-        x = self.model.embed(ids, pos, torch.full_like(ids, self.seg_tgt))
-        # t = 0 runs eagerly: with a query token it has one column fewer than the later steps
-        if self.graphed and self.tgt.size(1) > 0:
-            if self.graph is None:
-                self.graph = GraphedStep(self._static_step, x, pos, cols)
-            logp = self.graph(x, pos, cols)
-        else:
-            logp = self._static_step(x, pos, cols)
-        # y_{t-1} joins the cache; the query token is dropped
-        self.cache.commit(ids.size(1) - (self.query is not None))
-        return logp
-
-    def _static_step(self, x, pos, cols):
-        """The blocks over the embedded new columns x (N, n_new, d) at positions pos (N, n_new) and
-        cache slots cols (n_new,), attending to the whole cache, then decode_logprobs -> (N, V).
-        Every shape is the same at every step (GraphedStep records this)."""
-        j = torch.arange(self.cache.capacity, device=x.device)                 # key slots
-        # slot j: a real source token, or a target slot up to the column's own (later ones are not
-        # written yet); every column sees its own slot, so encode's padding for dead rows never
-        # applies
-        mask = (j < self.src_len[:, None, None]) | ((j >= self.S) & (j <= cols[:, None]))
-        h = self.model.encode(x, pos, mask, self.cache)                         # (N, n_new, d)
-        return self.objective.decode_logprobs(self.model, h[:, -1], self.source)
-
     def append(self, tokens):
         self.tgt = torch.cat([self.tgt, tokens[:, None]], dim=1)
 
@@ -347,23 +191,16 @@ class Decoder:
         """Keep rows `index`; same_sources: each row stays with its source (a beam step that
         drops no source)."""
         self.tgt = self.tgt.index_select(0, index)
-        if self.cache is not None:
-            self.cache.reorder(index, same_sources)
+        if self.fast is not None:
+            self.fast.reorder(index, same_sources)
+        elif self.cache is not None:
+            self.cache.reorder(index)
         if same_sources:
             return                             # source ids, lengths and states are already right
         self.src_ids = self.src_ids.index_select(0, index)
         self.src_len = self.src_len.index_select(0, index)
         if self.source is not None:
             self.source = {k: v.index_select(0, index) for k, v in self.source.items()}
-        if self.graph is not None:
-            # Sources finished: the cache was reallocated under the graph, so the graph goes and
-            # the step runs eagerly (the same numbers) from here on. Rows only ever leave, so a
-            # graph is never replayed once its rows change (a dict of graphs by N would never be
-            # hit), and a new graph per set of rows costs a warm-up step plus a capture, a few
-            # eager steps, at every change: a loss when sources finish a step or two apart.
-            # Eagerly, a batch costs at most one capture. (min_len = max_len keeps every row.)
-            self.graph = None
-            self.graphed = False
 
 
 def ban_tokens(logp, tgt, step, eos, min_len, banned, no_repeat_ngram, ignore):
@@ -483,9 +320,9 @@ def beam_search(dec, K, max_len, alpha, rules):
 
 
 def decoding_rules(tok, min_len, no_repeat_ngram, ignore_ids, device):
-    """What `ban_tokens` forbids: specials other than [EOS]/[UNK] are never generated (a query token as
-    output is meaningless), [EOS] before min_len, repeated n-grams (ignore words default to "."
-    when it is in the vocab)."""
+    """What `ban_tokens` forbids: specials other than [EOS]/[UNK] are never generated (a query
+    token as output is meaningless), [EOS] before min_len, repeated n-grams (ignore words default
+    to "." when it is in the vocab)."""
     if ignore_ids is None:
         ignore_ids = [i for i in (tok.token_to_id("."),) if i is not None]
     banned = sorted(tok.special_ids - {tok.eos_id, tok.unk_id})
@@ -510,9 +347,9 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
 
     token_ids exclude the final [EOS]; score = sum of log-probs / ((5 + len) / 6)^length_penalty.
     beam_size 1 is greedy search. Sources too long for model.config.max_position are truncated
-    (from the right) with a warning. cuda_graph (with the cache): None runs every step with
-    static shapes, replayed as a CUDA graph on CUDA and eagerly elsewhere; True insists on the
-    graph (a ValueError without CUDA or cache); False runs the cache of growing views eagerly.
+    (from the right) with a warning. cuda_graph (with the cache): None replays every step as a
+    CUDA graph on CUDA (fast.StaticStep) and runs the readable cache elsewhere; True insists on
+    the graph (a ValueError without CUDA or cache); False runs the readable cache everywhere.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
@@ -529,7 +366,7 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
                       stacklevel=2)
     device = next(model.parameters()).device
     # a cuda_graph that cannot run fails here, before any work
-    step_mode(cuda_graph, use_cache, device)
+    graph_step(cuda_graph, use_cache, device)
     rules = decoding_rules(objective.tok, min_len, no_repeat_ngram, ignore_ids, device)
     was_training = model.training
     model.eval()
@@ -591,10 +428,13 @@ def load_checkpoint(path, device="cpu"):
     is a UsageError naming it.
     """
     ckpt = read_checkpoint(path, device)
+    if ckpt.get("task") == "pretrain":
+        raise UsageError(f"{path} is a pre-training checkpoint (task: pretrain), not a decoder; "
+                         f"fine-tune it first: python train.py --task seq2seq --init_from {path}")
     try:
         cfg = M.ModelConfig.from_dict(ckpt["model_config"])
         model = M.Transformer(cfg)
-        # torch.compile and DDP wrap parameter names: strip their prefixes
+        # compiled modules and DDP wrap parameter names: strip their prefixes
         state = {re.sub(r"^(module\.|_orig_mod\.)+", "", k): v for k, v in ckpt["model"].items()}
         model.load_state_dict(state)
         tok = WordPiece(ckpt["vocab"], lowercase=ckpt.get("lowercase", True))
@@ -699,8 +539,8 @@ def parse_args(argv=None):
     p.add_argument("--no_cache", action="store_true",
                    help="recompute every token at every step (the reference)")
     p.add_argument("--no_cuda_graph", action="store_true",
-                   help="run the cached step eagerly on growing views (by default every step has "
-                        "static shapes and is replayed as a CUDA graph on a GPU)")
+                   help="decode with the readable KV cache on a GPU too (by default every step "
+                        "is replayed as a CUDA graph there)")
     return p.parse_args(argv)
 
 
@@ -710,6 +550,8 @@ def run(args):
     device = pick_device(args.device)
     texts = read_sources(args.input)
     model, tok, objective = load_checkpoint(args.ckpt, device)
+    # the GPU speed layer's pieces of the model (on a CPU nothing changes)
+    fast.speed_up(model, compile=False)
     if max_source_len(model, args.max_len) < 0:
         raise UsageError(f"--max_len {args.max_len} leaves no room for a source in this model "
                          f"(max_position {model.config.max_position})")

@@ -4,7 +4,7 @@ A BERT-sized encoder in nanoGPT style: token + absolute position + segment embed
 pre-LayerNorm blocks, a final LayerNorm, and heads called separately:
 
     h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
-    logits = model.lm_logits(h)                                 # tied to the token embedding, with bias
+    logits = model.lm_logits(h)                                 # tied to the embedding, with bias
     nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
     logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
 
@@ -12,7 +12,10 @@ The backbone never knows which paper it serves: every objective is only a way of
 (tokens, positions, segments, attention mask, targets).  Position ids are ALWAYS explicit because
 UniLMv2's pseudo tokens [P] and ERNIE-GEN's [ATTN] reuse the position of the token they stand for.
 
-Attention has one entry point, `attention()`, with two interchangeable paths that tests hold equal:
+The attention mask is a `Mask`: the dense (B, L, L) bool tensor, True = "query i may attend key
+j", or the mask described (objectives.masks.MaskSpec: kind and step per token), which `encode`
+builds on the model's device. Attention has one entry point, `attention()`, with two paths that
+tests hold equal:
   naive  softmax(QK^T / sqrt(d) + bias + M) V written out (the readable reference),
   sdpa   torch.nn.functional.scaled_dot_product_attention with the boolean mask (or, with a
          relative position bias, the bias as a float mask with -inf where the boolean mask
@@ -24,17 +27,30 @@ A KV cache (`KVCache`) lets generate.py run only the new tokens at each decoding
 with a cache attends to the cached keys/values plus the new ones; `cache.commit(n)` then keeps the
 first n new tokens.
 
+The GPU speed layer is fast.py, reached by two switches: `attn_impl="flex"` (FlexAttention) and
+`fast.speed_up(model)` (train.py on CUDA: a faster relative-bias backward, compiled copy scores and
+blocks); each of its pieces equals a readable function here. On a CPU nothing here uses it.
+The masks, the pointer-generator and the KV cache are drawn and traced in notebooks/masks.ipynb,
+palm.ipynb and decoding.ipynb.
+
 Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; this is the papers'
 BERT backbone (pre-LN for stable training from scratch, which the papers' post-LN BERT is not; say
 so when comparing).
 """
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import NamedTuple
+from typing import Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import fast
+from objectives.masks import MaskSpec
+
+# what the model takes as attn_mask: the dense (B, L, L) or (L, L) bool tensor, or the mask
+# described per token (kind, step), built where the model runs
+Mask = Union[torch.Tensor, MaskSpec]
 
 
 def setting(default, help):
@@ -109,39 +125,15 @@ def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
     (the relative position bias), already -inf wherever the mask says no (Transformer.encode
     prepares it once per forward).
     Every query row must allow at least one key (Transformer.encode guarantees it).
-    flex: mask is a FlexAttention BlockMask and bias a FlexBias (or None); FlexAttention has no
-    dropout on the attention weights, so this path has none (the residual and embedding dropout
-    stay).
+    flex: the GPU speed layer's FlexAttention (fast.flex: mask a block mask, bias a fast.FlexBias).
     """
     if impl == "naive":
         return naive_attention(q, k, v, mask, bias, dropout_p)
     if impl == "flex":
-        score_mod = bias.score_mod() if bias is not None else None
-        return flex_attention()(q, k, v, score_mod=score_mod, block_mask=mask)
+        return fast.flex(q, k, v, mask, bias)
     # sdpa takes either the boolean mask (broadcast over heads) or the float bias-with-mask
     m = mask[:, None] if bias is None else bias.to(q.dtype)            # (B, 1 or H, Lq, Lk)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=dropout_p)
-
-
-_COMPILED = {}
-
-
-def flex_attention():
-    """torch's flex_attention, compiled once on CUDA (its fast path); eager elsewhere (forward only
-    on a CPU)."""
-    from torch.nn.attention import flex_attention as fa
-    if "fn" not in _COMPILED:
-        _COMPILED["fn"] = (torch.compile(fa.flex_attention, dynamic=False)
-                           if torch.cuda.is_available() else fa.flex_attention)
-    return _COMPILED["fn"]
-
-
-def block_mask(mask_mod, B, L, device):
-    """FlexAttention's block-sparse mask from a mask_mod: which 128 x 128 tiles hold any allowed
-    pair (the rest are skipped: UniLMv2's context never sees the appended part), built once per
-    batch and shared by the layers."""
-    from torch.nn.attention.flex_attention import create_block_mask
-    return create_block_mask(mask_mod, B, None, L, L, device=device, _compile=device.type == "cuda")
 
 
 def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
@@ -187,45 +179,6 @@ def compute_dtype(device, dtype):
     return dtype
 
 
-class BucketBias(torch.autograd.Function):
-    """bias[b, h, i, j] = table[bucket[b, i, j], h], with a backward made for a GPU.
-
-    The plain lookup's backward adds B * Lq * Lk gradient rows into a 32-row table one by one
-    (atomic adds on 32 x H addresses: 12 ms a step for UniLMv2 at base size on an H100, measured
-    by bench/profile_step.py). Here the sum per bucket is a matrix product with a one-hot matrix,
-    in chunks of rows so the GPU has work for every core:
-        d table[k, h] = sum_{b, i, j} [bucket[b, i, j] = k] * g[b, h, i, j]
-    The bias comes out in `dtype` (the attention's compute dtype), (B, H, Lq, Lk), contiguous.
-    """
-
-    @staticmethod
-    def forward(ctx, table, buckets, dtype):
-        ctx.save_for_backward(buckets)
-        ctx.n_buckets = table.size(0)
-        ctx.table_dtype = table.dtype
-        bias = F.embedding(buckets, table.to(dtype))                    # (B, Lq, Lk, H)
-        return bias.permute(0, 3, 1, 2).contiguous()                    # (B, H, Lq, Lk)
-
-    @staticmethod
-    def backward(ctx, g):
-        buckets, = ctx.saved_tensors
-        B, H, Lq, Lk = g.shape
-        # chunks of `rows` query rows: B * Lq / rows independent products
-        rows = next(r for r in (64, 32, 16, 8, 4, 2, 1) if Lq % r == 0)
-        n = B * Lq // rows
-        g = g.reshape(B, H, Lq // rows, rows * Lk).transpose(1, 2).reshape(n, H, rows * Lk)
-        kinds = torch.arange(ctx.n_buckets, device=g.device)
-        onehot = (buckets.reshape(n, rows * Lk, 1) == kinds).to(g.dtype)  # (n, rows * Lk, K)
-        # accumulated in fp32 (at least): inside each product and across the chunks
-        acc = torch.promote_types(g.dtype, torch.float32)
-        if g.is_cuda and g.dtype != acc:
-            part = torch.bmm(g, onehot, out_dtype=acc)                  # (n, H, K), bf16 in
-        else:
-            part = torch.bmm(g, onehot).to(acc)
-        grad = part.sum(0)                                              # (H, K)
-        return grad.t().to(ctx.table_dtype), None, None
-
-
 class RelativePositionBias(nn.Module):
     def __init__(self, num_buckets, max_distance, n_head, max_position):
         super().__init__()
@@ -237,6 +190,8 @@ class RelativePositionBias(nn.Module):
                              relative_position_bucket(distances, num_buckets, max_distance),
                              persistent=False)
         self.offset = max_position - 1
+        # fast.speed_up sets fast.BucketBias.apply here on a GPU: the same bias, a faster backward
+        self.fast_lookup = None
 
     def forward(self, q_pos, k_pos):
         """q_pos: (B, Lq), k_pos: (B, Lk) position ids -> bias (B, H, Lq, Lk).
@@ -246,10 +201,9 @@ class RelativePositionBias(nn.Module):
         for.
         """
         buckets = self.buckets(q_pos, k_pos)                            # (B, Lq, Lk)
-        if buckets.is_cuda:
-            # the fast way on a GPU, beside the plain one (same numbers; tests/test_model.py)
+        if self.fast_lookup is not None:
             weight = self.table.weight
-            return BucketBias.apply(weight, buckets, compute_dtype(buckets.device, weight.dtype))
+            return self.fast_lookup(weight, buckets, compute_dtype(buckets.device, weight.dtype))
         return self.lookup(buckets)
 
     def buckets(self, q_pos, k_pos):
@@ -264,41 +218,6 @@ class RelativePositionBias(nn.Module):
         rows = self.table.weight.index_select(0, buckets.flatten())    # (B * Lq * Lk, H)
         bias = rows.view(*buckets.shape, -1)                            # (B, Lq, Lk, H)
         return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
-
-    def flex_bias(self, position_ids):
-        """The same bias for the FlexAttention path: the bias of every distance (2P - 1, H) and the
-        positions."""
-        by_distance = self.table.weight.index_select(0, self.distance_bucket)          # (2P - 1, H)
-        return FlexBias(by_distance, position_ids, self.offset)
-
-
-class FlexBias(NamedTuple):
-    """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a
-    time inside the kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned
-    table through by_distance. Plain tensors, so that a compiled block receives data and makes the
-    score_mod itself.
-
-    FlexAttention's backward adds the bias's gradient into the table it reads, atomically, one add
-    per (query, key, head). Read from one (2P - 1, H) table, the queries of a tile all add into the
-    same few addresses and wait for each other (a pmlm step took 200 ms on an H100, against 61 ms
-    without the bias); the score_mod reads copy q % COPIES of the table instead, in fp32, and the
-    copies' gradients are summed by expand's backward (127 ms; bench/profile_step.py).
-    """
-    by_distance: torch.Tensor     # (2P - 1, H): the bias of each distance -(P-1) .. P-1
-    position_ids: torch.Tensor    # (B, L)
-    offset: int                   # P - 1
-    COPIES = 128                  # one per query of a 128-row tile
-
-    def score_mod(self):
-        pos = self.position_ids
-        offset = self.offset
-        copies = self.COPIES
-        table = self.by_distance.float()[None].expand(copies, *self.by_distance.shape)
-        table = table.contiguous()                                     # (COPIES, 2P - 1, H)
-
-        def mod(score, b, h, q, k):
-            return score + table[q % copies, pos[b, k] - pos[b, q] + offset, h]
-        return mod
 
 
 # --------------------------------------------------------------------------------------------------
@@ -326,8 +245,8 @@ class KVCache:
 
     def key_positions(self, position_ids):
         """Position ids (B, Lc + L) of the keys a forward attends to (for the relative bias): the
-        cached tokens' followed by the new ones, position_ids (B, L). Called once per forward, before
-        the layers."""
+        cached tokens' followed by the new ones, position_ids (B, L). Called once per forward,
+        before the layers."""
         self.pending_pos = position_ids
         if not len(self):
             return position_ids
@@ -404,24 +323,14 @@ class Block(nn.Module):
         return x + F.dropout(self.ffn(self.ln2(x)), self.dropout, self.training)
 
 
-def _additive_scores(hm, ws, w):
+def additive_scores(hm, ws, w):
     """Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d),
     ws (B, T, d) -> (B, T, S).
 
     Written out it makes a (B, T, S, d) tensor (at base size 31M numbers an example) and keeps it
-    for backward.
+    for backward (on a GPU fast.speed_up swaps in a fused kernel that does not).
     """
     return (torch.tanh(hm[:, None] + ws[:, :, None]) * w).sum(-1)     # (B, T, S, d) -> (B, T, S)
-
-
-def additive_scores():
-    """_additive_scores, compiled on CUDA: one fused kernel that never writes the (B, T, S, d)
-    tensor and recomputes the tanh in backward (what makes PALM's copy head cheap on a GPU); as
-    written elsewhere."""
-    if "scores" not in _COMPILED:
-        _COMPILED["scores"] = (torch.compile(_additive_scores, dynamic=True)
-                               if torch.cuda.is_available() else _additive_scores)
-    return _COMPILED["scores"]
 
 
 class PointerGenerator(nn.Module):
@@ -469,10 +378,13 @@ class PointerGenerator(nn.Module):
         self.W_s = nn.Linear(d, d, bias=True)       # its bias is b^c
         self.w_c = nn.Linear(d, 1, bias=False)
         self.gate = nn.Linear(2 * d, 1)             # [w^z; w^s] and b^m
+        # fast.speed_up sets fast.compiled_additive_scores() here on a GPU (the same numbers)
+        self.fast_scores = None
 
     def _scores(self, hm, s):
         """e (B, Tc, S) = w^c . tanh(W^m h + W^s s + b^c) for one chunk of decoder steps (Eq. 3)."""
-        return additive_scores()(hm, self.W_s(s), self.w_c.weight[0])
+        scores = self.fast_scores or additive_scores
+        return scores(hm, self.W_s(s), self.w_c.weight[0])
 
     def attend(self, s, h, src_mask, chunk=None):
         """-> alpha (B, T, S) fp32 (Eq. 3-4) and the gate's logit (B, T) fp32 (Eq. 5, 8).
@@ -586,16 +498,16 @@ class Transformer(nn.Module):
         x = self.tok_emb(input_ids) + self.pos_emb(position_ids) + self.seg_emb(segment_ids)
         return F.dropout(self.emb_ln(x), self.config.dropout, self.training)
 
-    def encode(self, x, position_ids, attn_mask, cache=None):
+    def encode(self, x, position_ids, attn_mask: Mask, cache=None):
         """Run the blocks over embeddings x (B, L, d).
 
-        attn_mask: (B, L, Lc + L) bool with Lc cached keys, or a mask description
-        (objectives.masks.MaskSpec: kind and block per token) that is built here, on the model's
-        device: the dense mask for naive and sdpa, a block-sparse FlexAttention mask for flex.
+        attn_mask: (B, L, Lc + L) bool with Lc cached keys, or a MaskSpec (kind and step per token)
+        that is built here, on the model's device: the dense mask for naive and sdpa, a
+        block-sparse FlexAttention mask for flex (in the GPU speed layer, fast.py).
         """
-        if not torch.is_tensor(attn_mask):
+        if isinstance(attn_mask, MaskSpec):
             if self.config.attn_impl == "flex" and cache is None:
-                return self._encode_flex(x, position_ids, attn_mask)
+                return fast.encode_flex(self, x, position_ids, attn_mask)
             attn_mask = attn_mask.dense()
         if attn_mask.dim() == 2:
             attn_mask = attn_mask[None].expand(x.size(0), -1, -1)
@@ -619,36 +531,11 @@ class Transformer(nn.Module):
             x = block(x, attn_mask, bias, cache, i)
         return self.ln_f(x)
 
-    def _encode_flex(self, x, position_ids, spec):
-        """The FlexAttention path: one block mask and one score_mod (the relative bias) shared by
-        every layer."""
-        if x.device.type != "cuda" and torch.is_grad_enabled():
-            raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward "
-                               "on a CPU); use sdpa here")
-        B, L = position_ids.shape
-        mask = block_mask(spec.mask_mod(), B, L, x.device)
-        bias = self.rel_bias.flex_bias(position_ids) if self.rel_bias is not None else None
-        for block in self.blocks:
-            x = block(x, mask, bias)
-        return self.ln_f(x)
-
-    def forward(self, input_ids, position_ids, segment_ids, attn_mask, cache=None):
-        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j
-        (or a MaskSpec)."""
+    def forward(self, input_ids, position_ids, segment_ids, attn_mask: Mask, cache=None):
+        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j,
+        or a MaskSpec."""
         x = self.embed(input_ids, position_ids, segment_ids)
         return self.encode(x, position_ids, attn_mask, cache)
-
-    def compile_blocks(self):
-        """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
-        compilation serves them all, in a fraction of the time of compiling the whole model;
-        embeddings and heads stay eager."""
-        # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
-        # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
-        # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
-        for block in self.blocks:
-            block.compile(dynamic=False)
-        return self
 
     # --- heads ------------------------------------------------------------------------------------
 

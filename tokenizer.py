@@ -202,7 +202,8 @@ class WordPiece:
         (and all special tokens with skip_special=True), then spaces are tidied: none before
         . , ; : ! ? % ) ] }, none after ( [ {, none around . , : between digits ("3 . 5" -> "3.5")
         or an apostrophe or hyphen between letters/digits ("it ' s" -> "it's", "x - ray" ->
-        "x-ray"). Lowercasing, stripped accents and the exact original spacing cannot be undone."""
+        "x-ray"), none before a contraction piece ("I 'm" -> "I'm", "do n't" -> "don't").
+        Lowercasing, stripped accents and the exact original spacing cannot be undone."""
         drop = self.special_ids if skip_special else {self.pad_id}
         words = []
         for i in ids:
@@ -321,7 +322,11 @@ def _adopt_bert(tokens):
 _TIDY = [(regex.compile(r"(?<=\d) ([.,:]) (?=\d)"), r"\1"),
          (regex.compile(r" +([.,;:!?%)\]}])"), r"\1"),
          (regex.compile(r"([(\[{]) +"), r"\1"),
-         (regex.compile(r"(?<=[\p{L}\p{N}]) ([-']) (?=[\p{L}\p{N}])"), r"\1")]
+         (regex.compile(r"(?<=[\p{L}\p{N}]) ([-']) (?=[\p{L}\p{N}])"), r"\1"),
+         # a contraction piece joins its word ("I 'm" -> "I'm", "do n't" -> "don't"): the reference
+         # WordPiece decoder's cleanup for 's 'm 've 're n't, here also 'll 'd, and only for a
+         # whole piece ("the 'some" stays)
+         (regex.compile(r"(?<=[\p{L}\p{N}]) (?=(?:'(?:s|m|d|ll|re|ve)|n't)(?![\p{L}\p{N}]))"), "")]
 
 
 def _tidy(text):

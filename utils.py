@@ -126,6 +126,8 @@ def pick_device(name="auto"):
 # Checkpoints: data, never programs
 
 CHECKPOINT_KEYS = ("model", "model_config", "vocab", "objective")
+NOT_A_CHECKPOINT = ("not a unigen checkpoint (torch.load cannot read it: another format, or a "
+                    "truncated file)")
 
 
 def save_checkpoint(path, state):
@@ -141,17 +143,21 @@ def save_checkpoint(path, state):
 def read_checkpoint(path, device="cpu"):
     """A train.py checkpoint -> its dict, loaded with torch.load(weights_only=True).
 
-    A missing, truncated or foreign file, and a file holding anything but tensors and plain values
-    (a pickle that could run code), is a UsageError naming the file. The dict holds "model"
-    (state_dict), "model_config", "vocab" (list of tokens), "lowercase", "objective",
-    "objective_options", "task", and train.py's resume state.
+    A missing, truncated or foreign file ("not a unigen checkpoint"), and a file holding anything
+    but tensors and plain values (a pickle that could run code), is a UsageError naming the file.
+    The dict holds "model" (state_dict), "model_config", "vocab" (list of tokens), "lowercase",
+    "objective", "objective_options", "task", and train.py's resume state.
     """
     import pickle
+    import warnings
     import torch
     if not os.path.isfile(path):
         raise UsageError(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():
+            # a foreign pickle's protocol is worth no warning: the file is refused below
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
         # torch names the class or function it refused to build
         # ("Unsupported global: GLOBAL os.system")
@@ -159,12 +165,10 @@ def read_checkpoint(path, device="cpu"):
             raise UsageError(f"{path}: refused: the file holds Python objects, not only tensors "
                              "and plain values (unigen loads checkpoints as data and never runs "
                              "code from them)") from None
-        raise UsageError(f"{path}: cannot read the checkpoint "
-                         f"({str(e).splitlines()[0][:200]})") from None
-    # truncated, not a torch file, ...
-    except Exception as e:
-        raise UsageError(f"{path}: cannot read the checkpoint "
-                         f"({type(e).__name__}: {str(e)[:200]})") from None
+        raise UsageError(f"{path}: {NOT_A_CHECKPOINT}") from None
+    # truncated, not a torch file, ...: torch's own words would advise weights_only=False
+    except Exception:
+        raise UsageError(f"{path}: {NOT_A_CHECKPOINT}") from None
     missing = [k for k in CHECKPOINT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise UsageError(f"{path}: not a unigen checkpoint (missing keys {missing})")

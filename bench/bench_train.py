@@ -32,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data                                         # noqa: E402
+import fast                                         # noqa: E402
 import model as M                                   # noqa: E402
 from objectives import get_objective                # noqa: E402
 from tokenizer import SPECIAL_TOKENS                # noqa: E402
@@ -105,8 +106,9 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     torch.manual_seed(0)
     model = M.Transformer(cfg).to(device)
     compiled = device.type == "cuda" and impl != "naive" and not args.eager
+    # the fast layer as train.py switches it on: BucketBias and compiled copy scores on CUDA, compiled blocks
+    fast.speed_up(model, compile=compiled)
     if compiled:
-        model.compile_blocks()
         obj.pad_multiple = 64                      # as train.py does when it compiles
     rng = random.Random(0)
     n = args.warmup + args.steps

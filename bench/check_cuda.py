@@ -1,17 +1,21 @@
-"""On a GPU, the fast paths must still equal the readable ones (CPU tests see only forward passes of FlexAttention
-and SDPA's math backend).
+"""On a GPU, every piece of the fast layer (fast.py) must still equal its readable twin (CPU tests see only forward
+passes of FlexAttention and SDPA's math backend, and no CUDA graph).
 
     python bench/check_cuda.py
 
 For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
-  - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (block mask from kind/block, the
-    relative bias as a score_mod) against the naive path, in fp32 and under bf16 autocast, as ||a - b|| / ||b||;
-  - the gradients of every parameter of the same loss, flex and sdpa against naive (fp32);
-  - the model with compiled blocks (train.py's default on CUDA) against the eager one;
-and PALM's compiled copy scores against eager ones (values and gradients), beam decoding with the KV cache against
-recomputation (tokens identical), and decoding with the step replayed as a CUDA graph against the eager cache (greedy
-and beam 3, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps (the
-graph then gives way to the eager static step). Prints a table; exits non-zero if a check fails.
+  - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (fast.encode_flex: block mask from
+    kind/step, the relative bias as a score_mod) against the naive path, in fp32 and under bf16 autocast, as
+    ||a - b|| / ||b||;
+  - the gradients of every parameter of the same loss, flex and sdpa against naive (fp32), with fast.speed_up's
+    BucketBias on the sdpa path;
+  - the model with compiled blocks (fast.speed_up, train.py's default on CUDA) against the eager one;
+and PALM's compiled copy scores (fast.compiled_additive_scores) against model.additive_scores (values and gradients),
+fast.BucketBias against RelativePositionBias.lookup, beam decoding with the readable KV cache against recomputation
+(tokens identical), and decoding with fast.StaticStep replayed as a CUDA graph against the readable cache (greedy and
+beam 3, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps (the
+graph then gives way to the eager static step). Prints a table; exits non-zero if a check fails. Without CUDA it
+exits with one line saying so (status 2).
 """
 import random
 import sys
@@ -20,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fast                                                    # noqa: E402
 import model as M                                              # noqa: E402
 from bench.bench_generate import synthetic_tokenizer         # noqa: E402
 from bench.bench_train import passages                        # noqa: E402
@@ -61,12 +66,14 @@ def check_objective(name, tok, dev, rows):
             ok &= err < limit
             rows.append((name, f"{impl} vs naive, hidden, {str(dtype)[6:]}", f"{err:.2e}", err < limit))
     ref = grads(model, obj, batch, "naive")
+    # the readable path was the reference; train.py's pieces from here on
+    fast.speed_up(model, compile=False)
     for impl in ("sdpa", "flex"):
         err = rel(grads(model, obj, batch, impl), ref)
         ok &= err < 1e-3
         rows.append((name, f"{impl} vs naive, gradients, fp32", f"{err:.2e}", err < 1e-3))
     eager = hidden(model, batch, "flex", torch.bfloat16)
-    model.compile_blocks()
+    fast.speed_up(model, compile=True)
     err = rel(hidden(model, batch, "flex", torch.bfloat16), eager)
     ok &= err < 2e-2
     rows.append((name, "compiled blocks vs eager (flex, bf16)", f"{err:.2e}", err < 2e-2))
@@ -82,9 +89,9 @@ def check_objective(name, tok, dev, rows):
 
 
 def check_graph(name, model, obj, sources, rows):
-    """Decoding with the step replayed as a CUDA graph (cuda_graph=True) against the eager cache (False): the same
-    tokens and scores within 1e-4, greedy and beam 3; [EOS] bias 2 (the LM bias starts at 0) makes sources finish at
-    different steps, so rows leave the batch and the graph gives way to the eager static step."""
+    """Decoding with fast.StaticStep replayed as a CUDA graph (cuda_graph=True) against the readable KV cache
+    (False): the same tokens and scores within 1e-4, greedy and beam 3; [EOS] bias 2 (the LM bias starts at 0) makes
+    sources finish at different steps, so rows leave the batch and the graph gives way to the eager static step."""
     ok = True
     eos = obj.tok.eos_id
     for bias in (0.0, 2.0):
@@ -98,7 +105,7 @@ def check_graph(name, model, obj, sources, rows):
                 lengths = [len(h[0][0]) for h in graphed]
                 good = same and err < 1e-4
                 ok &= good
-                rows.append((name, f"beam {beam}, [EOS] bias {bias:g}: CUDA graph vs eager cache (fp32)",
+                rows.append((name, f"beam {beam}, [EOS] bias {bias:g}: CUDA graph vs readable cache (fp32)",
                              f"tokens {'equal' if same else 'differ'}, score error {err:.1e}, lengths {lengths}",
                              good))
             model.lm_bias[eos] = 0.0
@@ -106,12 +113,13 @@ def check_graph(name, model, obj, sources, rows):
 
 
 def check_copy_scores(dev, rows):
-    """PALM's Eq. 3 scores: the compiled fused kernel against the written-out (B, T, S, d) version."""
+    """PALM's Eq. 3 scores: the compiled fused kernel (fast.compiled_additive_scores) against the written-out
+    (B, T, S, d) version (model.additive_scores)."""
     g = torch.Generator(device=dev).manual_seed(0)
     hm, ws, w = (torch.randn(*shape, device=dev, generator=g, requires_grad=True)
                  for shape in ((8, 400, 768), (8, 100, 768), (768,)))
     outs = []
-    for fn in (M._additive_scores, M.additive_scores()):
+    for fn in (M.additive_scores, fast.compiled_additive_scores()):
         for x in (hm, ws, w):
             x.grad = None
         e = fn(hm, ws, w)
@@ -123,8 +131,8 @@ def check_copy_scores(dev, rows):
 
 
 def check_bucket_bias(dev, rows):
-    """UniLMv2's relative bias on the GPU (BucketBias: one-hot products in the backward) against the plain
-    index_select lookup: the bias exactly, the table's gradient within 1e-4 (fp32 and bf16 gradients)."""
+    """UniLMv2's relative bias on the GPU (fast.BucketBias: one-hot products in the backward) against the plain
+    index_select lookup (RelativePositionBias.lookup): the bias exactly, the table's gradient within 1e-4 (fp32 and bf16 gradients)."""
     rel_bias = M.RelativePositionBias(32, 128, 12, 512).to(dev)
     pos = torch.cat([torch.arange(512), torch.arange(192) % 100 + 30]).to(dev).expand(16, 704)
     buckets = rel_bias.buckets(pos, pos)
@@ -134,18 +142,22 @@ def check_bucket_bias(dev, rows):
         w = rel_bias.table.weight
         plain = rel_bias.lookup(buckets).to(dtype)
         want, = torch.autograd.grad(plain, w, g)
-        fast = M.BucketBias.apply(w, buckets, dtype)
-        got, = torch.autograd.grad(fast, w, g)
+        bucketed = fast.BucketBias.apply(w, buckets, dtype)
+        got, = torch.autograd.grad(bucketed, w, g)
         err = rel(got, want)
-        good = torch.equal(fast, plain) and err < 1e-4
+        same = torch.equal(bucketed, plain)
+        good = same and err < 1e-4
         ok &= good
         rows.append(("pmlm", f"relative bias: BucketBias vs index_select, gradient from {str(dtype)[6:]}",
-                     f"bias {'equal' if torch.equal(fast, plain) else 'differs'}, gradient {err:.2e}", good))
+                     f"bias {'equal' if same else 'differs'}, gradient {err:.2e}", good))
     return ok
 
 
 def main():
-    assert torch.cuda.is_available(), "this check needs a GPU"
+    if not torch.cuda.is_available():
+        print("check_cuda.py: error: this check needs a CUDA GPU (none here); the CPU-runnable twins are "
+              "tests/test_fast.py and tests/test_attention_paths.py", file=sys.stderr)
+        sys.exit(2)
     dev = torch.device("cuda")
     tok = synthetic_tokenizer(30522)
     rows, ok = [], True

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fast                                         # noqa: E402
 import model as M                                   # noqa: E402
 from bench.bench_train import build_step, corpus, sync, timed  # noqa: E402
 
@@ -89,16 +90,15 @@ def profile_run(name, impl, options, label, tok, examples, args, device):
 # that tensor is summed back into the (buckets, heads) table.
 
 
-MODEL_FORWARD = M.RelativePositionBias.forward
-
-
 def dense_model(self, q_pos, k_pos):
-    """model.py's way on a GPU: BucketBias (backward: chunked one-hot matrix products)."""
-    return MODEL_FORWARD(self, q_pos, k_pos)
+    """The fast layer's way on a GPU (fast.speed_up): fast.BucketBias (backward: chunked one-hot matrix
+    products)."""
+    w = self.table.weight
+    return fast.BucketBias.apply(w, self.buckets(q_pos, k_pos), M.compute_dtype(q_pos.device, w.dtype))
 
 
 def dense_index_select(self, q_pos, k_pos):
-    """model.py's way on a CPU: the table's rows by index_select; backward = index_add of B*Lq*Lk rows into 32."""
+    """model.py's readable way: the table's rows by index_select; backward = index_add of B*Lq*Lk rows into 32."""
     return self.lookup(self.buckets(q_pos, k_pos))
 
 
@@ -107,7 +107,7 @@ def dense_embedding(self, q_pos, k_pos):
     return F.embedding(self.buckets(q_pos, k_pos), self.table.weight).permute(0, 3, 1, 2)
 
 
-class OneHotBias(M.BucketBias):
+class OneHotBias(fast.BucketBias):
     """BucketBias with one product per example instead of per chunk of 64 rows."""
 
     @staticmethod
@@ -119,7 +119,7 @@ class OneHotBias(M.BucketBias):
         return torch.bmm(g.reshape(B, H, Lq * Lk), onehot).float().sum(0).t(), None, None
 
 
-class BincountBias(M.BucketBias):
+class BincountBias(fast.BucketBias):
     """BucketBias with the backward by torch.bincount per head (a weighted histogram; it waits for the GPU to
     size the histogram)."""
 
@@ -142,7 +142,7 @@ def dense_bincount(self, q_pos, k_pos):
     return BincountBias.apply(w, self.buckets(q_pos, k_pos), M.compute_dtype(q_pos.device, w.dtype))
 
 
-DENSE = {"index_select (model.py, CPU)": dense_index_select, "BucketBias (model.py, GPU)": dense_model,
+DENSE = {"index_select (model.py)": dense_index_select, "BucketBias (fast.py, GPU)": dense_model,
          "embedding": dense_embedding, "one-hot bmm per example": dense_onehot, "bincount": dense_bincount}
 
 # The FlexAttention ways: the bias read inside the kernel; its gradient is added atomically into the table the
@@ -159,7 +159,7 @@ def flex_one_table(self):
     return mod
 
 
-FLEX = {"flex, one bf16 table": flex_one_table, "flex, 128 fp32 copies (model.py)": M.FlexBias.score_mod}
+FLEX = {"flex, one bf16 table": flex_one_table, "flex, 128 fp32 copies (fast.py)": fast.FlexBias.score_mod}
 
 
 def bias_alone(fn, rel_bias, B, L, device, reps=10):
@@ -194,7 +194,7 @@ def bias_part(tok, examples, args, device):
         err = lambda a, b: float((a - b).abs().max() / b.abs().max())
         say(f"bias alone, {label}: {ms:.2f} ms (forward + backward, B={B}, L={L}); against the first: bias "
             f"{err(bias, first[0]):.1e}, table gradient {err(grad, first[1]):.1e} (max error / max)")
-    reference = M.RelativePositionBias.forward, M.FlexBias.score_mod
+    reference = M.RelativePositionBias.forward, fast.FlexBias.score_mod
     impls = ["sdpa"] + (["flex"] if device.type == "cuda" else [])
     for impl in impls:
         ways = DENSE if impl == "sdpa" else FLEX
@@ -202,7 +202,7 @@ def bias_part(tok, examples, args, device):
             if impl == "sdpa":
                 M.RelativePositionBias.forward = fn
             else:
-                M.FlexBias.score_mod = fn
+                fast.FlexBias.score_mod = fn
             try:
                 s = build_step("pmlm", impl, {}, tok, examples, args, device)
                 rows.append((label, timed(s["step"], s["batches"], args.warmup, device) * 1000))
@@ -210,7 +210,7 @@ def bias_part(tok, examples, args, device):
                 rows.append((label, float("nan")))
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             finally:
-                M.RelativePositionBias.forward, M.FlexBias.score_mod = reference
+                M.RelativePositionBias.forward, fast.FlexBias.score_mod = reference
             say(f"pmlm step, {impl}, {rows[-1][0]}: {rows[-1][1]:.1f} ms")
             del s
             if device.type == "cuda":
@@ -244,8 +244,9 @@ def copy_part(args, device):
               for n in (S, T))
     w = torch.randn(d, device=device, generator=g).requires_grad_()
     cuda = device.type == "cuda"
-    ways = {"compiled (model.py)": M.additive_scores(),
-            "compiled, max-autotune": torch.compile(M._additive_scores, dynamic=True,
+    ways = {"compiled (fast.py)" if cuda else "written out (model.py)":
+            fast.compiled_additive_scores() if cuda else M.additive_scores,
+            "compiled, max-autotune": torch.compile(M.additive_scores, dynamic=True,
                                                     mode="max-autotune-no-cudagraphs") if cuda else None,
             "tanh as 2 sigmoid(2x) - 1, compiled": torch.compile(tanh_by_sigmoid, dynamic=True) if cuda else None}
     ref = None

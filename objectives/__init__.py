@@ -17,6 +17,15 @@ Every objective has the same shape, so reading one teaches the others:
     compute_loss(model, batch)      one forward pass -> (loss, metrics)   (loss() wraps it)
     options                         declared as class attributes: `mask_prob = option(0.15, "...")`
     set_step(step, total_steps)     a hook train.py calls before every batch (PALM's two stages)
+    prepare(options, tok, ...)      a hook train.py calls on the training data before building the
+                                    objective (ERNIE-GEN's span vocabulary)
+    heads(model)                    the output heads beside the LM head (NSP, copy): train.py's
+                                    LossModule joins them to every loss, so DDP sees them
+    show_fills(model, example)      what the model predicts on one example, as [prediction|answer]
+
+The registry at the end of this file is a plain dict of classes, OBJECTIVES = {"unilm":
+UniLMObjective, ...}: "go to definition" on a class opens its file. train.py names no objective;
+everything it needs to know about one is a class attribute or one of the hooks above.
 
 An Example is one sequence as per-token lists: input_ids, position_ids, segment_ids, labels
 (-100 = no loss) and the mask's description, kind and step (objectives/masks.py): the attention
@@ -31,8 +40,9 @@ Seq2seq layout shared by every objective (fine-tuning and generate.py's decoding
 with segment ids `segments = (source, target)` and the query token `query_token` ([MASK], [P],
 [ATTN]) put at target position t to predict y_t, or None for next-token prediction (PALM).
 """
-import importlib
+import random
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -181,6 +191,11 @@ class Objective:
     align_source = False
     n_segments = 2                # segment ids used: the model needs ModelConfig.n_segment >= this
     pad_multiple = 1              # collate pads the batch length up to a multiple of this
+    # metric keys that say what a batch was (PALM's stage, UniLM's LM type), not how well the model
+    # did: logged in metrics.jsonl, left out of the printed evaluation line
+    tags = ()
+    # the shortest pre-training passage, in tokens, that gives an example (train.py checks seq_len)
+    min_passage = 1
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
         if task not in ("pretrain", "seq2seq"):
@@ -223,6 +238,22 @@ class Objective:
     def set_step(self, step, total_steps):
         """train.py calls this before building the batch of step `step` (0-based) of
         `total_steps`."""
+
+    @classmethod
+    def prepare(cls, options, tokenizer, examples, cache_dir, task="pretrain", progress=True):
+        """Work on the training examples of `task` that must come before the objective is built
+        (ERNIE-GEN counts its span vocabulary here); cache_dir is a folder keyed by the corpus and
+        the tokenizer. Returns the options to build it with (train.py keeps them in the
+        checkpoint)."""
+        return options
+
+    def heads(self, model):
+        """The parameters of the model's output heads beside the tied LM head (UniLM's NSP head,
+        PALM's copy head). A batch may leave them unused (the NSP head outside UniLM's
+        bidirectional LM, the copy head in PALM's stage 1, both under pmlm): train.LossModule adds
+        them to every loss times zero, so that DDP sees a gradient for every parameter."""
+        return [p for name, p in model.named_parameters()
+                if name.split(".")[0].endswith("_head")]
 
     # --- examples -> batch ------------------------------------------------------------------------
 
@@ -328,6 +359,48 @@ class Objective:
     def count_skip(self, reason):
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
+    # --- what the model predicts, for a reader watching it learn ----------------------------------
+
+    @torch.no_grad()
+    def show_fills(self, model, example, device="cpu", autocast=None, n_tokens=48):
+        """The model's predictions on one pretrain example: the text with every predicted slot as
+        [prediction|answer], then the query rows ([P], [ATTN], the continuation) the same way."""
+        batch = self.make_batch([example], random.Random("fills")).to(device)
+        if len(batch) == 0:
+            return "  (the fixed held-out passage was skipped by the objective)"
+        was_training = model.training
+        model.eval()
+        with autocast or nullcontext():
+            h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)[0]
+        model.train(was_training)
+        labels = batch.labels[0]
+        kind = batch.kind[0]
+        ids = batch.input_ids[0]
+        rows = (labels != -100).nonzero().flatten()
+        guess = dict(zip(rows.tolist(), model.lm_logits(h[rows]).argmax(-1).tolist()))
+        piece = self.tok.id_to_token
+        cell = lambda r: f"[{piece(guess[r])}|{piece(int(labels[r]))}]"
+        context = [cell(r) if r in guess else piece(int(ids[r]))
+                   for r in range(len(ids)) if kind[r] == CTX]
+        queries = [cell(r) for r in guess if kind[r] != CTX]
+        right = sum(guess[r] == int(labels[r]) for r in guess)
+        lines = [f"  fills [prediction|answer], {right}/{len(guess)} right:",
+                 "  " + " ".join(context[:n_tokens])]
+        if queries:
+            lines.append("  queries: " + " ".join(queries[:n_tokens // 2]))
+        return "\n".join(lines)
+
+
+def fills_example(examples, tok):
+    """The held-out example the fills show: the first of 40 tokens or more that reads as prose
+    (most pieces words, not the punctuation of a table or a code sample)."""
+    def words(ids):
+        pieces = [tok.id_to_token(i) for i in ids]
+        return sum(p.lstrip("#").isalpha() for p in pieces) / max(1, len(pieces))
+    flat = lambda ex: ex[0] if isinstance(ex, tuple) else [t for s in ex for t in s]
+    prose = (ex for ex in examples if len(flat(ex)) >= 40 and words(flat(ex)) > 0.8)
+    return next(prose, examples[0])
+
 
 # --------------------------------------------------------------------------------------------------
 # Helpers shared by the objectives
@@ -409,12 +482,22 @@ def warn_once(message):
         warnings.warn(message, stacklevel=2)
 
 
+# --------------------------------------------------------------------------------------------------
+# The registry: name -> class. Imported last, because each objective's file imports the base class
+# and the helpers above from this one.
+
+from objectives.unilm import UniLMObjective          # noqa: E402
+from objectives.pmlm import PMLMObjective            # noqa: E402
+from objectives.ernie_gen import ErnieGenObjective   # noqa: E402
+from objectives.palm import PalmObjective            # noqa: E402
+from objectives.mass import MassObjective            # noqa: E402
+
 OBJECTIVES = {
-    "unilm": "unilm",
-    "pmlm": "pmlm",
-    "ernie_gen": "ernie_gen",
-    "palm": "palm",
-    "mass": "mass",
+    "unilm": UniLMObjective,
+    "pmlm": PMLMObjective,
+    "ernie_gen": ErnieGenObjective,
+    "palm": PalmObjective,
+    "mass": MassObjective,
 }
 
 
@@ -423,7 +506,7 @@ def objective_class(name):
     building one."""
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}")
-    return importlib.import_module(f"objectives.{OBJECTIVES[name]}").OBJECTIVE
+    return OBJECTIVES[name]
 
 
 def get_objective(name, tokenizer, task="pretrain", **options) -> Objective:

@@ -80,6 +80,7 @@ import json
 import math
 import os
 from collections import Counter
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -290,6 +291,7 @@ class ErnieGenObjective(Objective):
     name = "ernie_gen"
     # infilling decoding (3.4): [ATTN] at the next position, dropped after each step
     query_token = "[ATTN]"
+    min_passage = 2               # a source and a target fragment
     segments = (0, 1)
 
     gamma = option(0.25, "share of a passage's tokens that go into the target fragments (3.1: 25%)")
@@ -324,6 +326,17 @@ class ErnieGenObjective(Objective):
         if self.lam < 1 and self.spans_table is None:
             warn_once("ernie_gen: no span vocabulary given (option span_vocab); "
                       "the span flow treats every word as a span")
+
+    @classmethod
+    def prepare(cls, options, tokenizer, examples, cache_dir, task="pretrain", progress=True):
+        """Pre-training without a span_vocab: the t-test span vocabulary of the training passages
+        (3.3), counted once per corpus and kept in cache_dir, beside the tokenized data.
+        Fine-tuning needs none (lam_finetune = 1: the word flow only)."""
+        if task != "pretrain" or options.get("span_vocab"):
+            return options
+        path = Path(cache_dir) / "span_vocab.json"
+        build_span_vocab(examples, tokenizer, cache_path=path, progress=progress)
+        return {**options, "span_vocab": str(path)}
 
     # -- 3.1 multi-granularity target fragments ----------------------------------------------------
     def sample_fragments(self, words, rng):

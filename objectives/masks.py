@@ -21,11 +21,12 @@ ONE rule makes every mask of the project (`may_attend`), from two per-token vect
     a SPAN query    sees  CTX + ORIG of steps <  its own + itself
 
 Because the rule reads only per-token vectors, a mask never has to be materialised on the CPU:
-`attention_mask` builds the dense (B, L, L) tensor wherever kind and step are (the GPU, for the
-naive and SDPA paths) and the FlexAttention path calls `may_attend` on single (query, key) pairs
-inside its kernel (model.py). The papers' masks are this rule with the right kinds and steps; the
-builders below write each one out the way its paper draws it, and the tests hold every one equal to
-the rule:
+a Batch hands the model a `MaskSpec` (kind, step), `attention_mask` builds the dense (B, L, L)
+tensor wherever kind and step are (the GPU, for the naive and SDPA paths), and the FlexAttention
+path of the GPU speed layer (fast.py) calls `may_attend` on single (query, key) pairs inside its
+kernel. generate.py describes each decoding step's tokens with kind and step too. The papers'
+masks are this rule with the right kinds and steps; the builders below write each one out the way
+its paper draws it, and the tests hold every one equal to the rule:
 
 UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq
                                      (from lengths)
@@ -35,7 +36,7 @@ ERNIE-GEN (section 3.3, Figure 3d):  multi_flow (contextual, word-by-word and sp
 PALM (section 2.1):                  seq2seq (context bidirectional = encoder, continuation causal =
                                      decoder)
 """
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 
@@ -68,38 +69,29 @@ def may_attend(q_kind, q_step, k_kind, k_step, same):
     return sees_context | orig_sees_orig | query_sees_orig | pseudo_sees_step | span_sees_itself
 
 
-def attention_mask(kind, step):
-    """(B, L) kind and step -> (B, L, L) bool: may_attend for every (query, key) pair, on kind's
-    device."""
+def attention_mask(kind, step, start=0):
+    """(B, L) kind and step -> (B, L - start, L) bool: may_attend for every (query, key) pair, on
+    kind's device; queries from column `start` on (a decoder with a KV cache asks only for the rows
+    of its new tokens)."""
     L = kind.size(1)
-    same = torch.eye(L, dtype=torch.bool, device=kind.device)[None]
-    return may_attend(kind[:, :, None], step[:, :, None],       # queries (B, L, 1)
-                      kind[:, None, :], step[:, None, :],       # keys (B, 1, L)
+    i = torch.arange(start, L, device=kind.device)
+    same = (i[:, None] == torch.arange(L, device=kind.device))[None]    # (1, L - start, L)
+    return may_attend(kind[:, start:, None], step[:, start:, None],     # queries (B, L - start, 1)
+                      kind[:, None, :], step[:, None, :],               # keys (B, 1, L)
                       same)
 
 
-class MaskSpec(NamedTuple):
-    """A mask described, not materialised: what a Batch hands the model (model.Transformer builds it
-    there).
-
-    dense()      the (B, L, L) bool mask, built on kind's device (the naive and SDPA paths)
-    mask_mod()   the rule for one (query, key) pair, FlexAttention's mask_mod; a padding query sees
-                 itself there (as the dense path's model does), so its softmax stays finite
-    """
+@dataclass(frozen=True)
+class MaskSpec:
+    """The attention mask described, not materialised: what `Batch.mask` hands the model
+    (model.Mask is this or the dense tensor). `dense()` builds the (B, L, L) bool mask on kind's
+    device (the naive and SDPA paths); the GPU speed layer's FlexAttention reads kind and step
+    inside its kernel instead (fast.mask_mod)."""
     kind: torch.Tensor        # (B, L)
     step: torch.Tensor        # (B, L)
 
     def dense(self):
         return attention_mask(self.kind, self.step)
-
-    def mask_mod(self):
-        kind, step = self.kind, self.step
-
-        def mod(b, h, q, k):
-            q_kind = kind[b, q]
-            allowed = may_attend(q_kind, step[b, q], kind[b, k], step[b, k], q == k)
-            return allowed | ((q_kind == PAD) & (q == k))
-        return mod
 
 
 # --- UniLM: the four LMs, from lengths ------------------------------------------------------------

@@ -122,7 +122,10 @@ def sentence_windows(passage, budget):
 class PalmObjective(Objective):
     name = "palm"
     query_token = None            # next-token prediction: y_t-1's own state predicts y_t
+    min_passage = 2               # a context and a continuation
     segments = (0, 1)             # context (encoder) / continuation (decoder)
+    # a metric key that is no measurement: the stage of the batch (2.1)
+    tags = ("stage",)
     # train.py builds the model with these (the pointer-generator)
     model_defaults = dict(copy_head=True)
     # every context padded to one width S: the continuation rows are h[:, S:]

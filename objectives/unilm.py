@@ -96,8 +96,11 @@ class UniLMObjective(Objective):
     name = "unilm"
     # decoding puts [MASK] at the next target position (2.5; official decoder)
     query_token = "[MASK]"
+    min_passage = 2               # two non-empty segments S1 and S2
     segments = SEGMENT_IDS["seq2seq"]
     n_segments = 6                # the six segment ids above: the model needs n_segment >= 6
+    # a metric key that is no measurement: the LM drawn for the batch (LM_TYPES)
+    tags = ("lm_type",)
 
     mask_prob = option(0.15, "share of the text tokens predicted by the cloze task (2.4: 15%)")
     span_prob = option(0.2, "probability that a cloze pick is a bigram or trigram instead of one "

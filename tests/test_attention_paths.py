@@ -1,11 +1,12 @@
 """One truth per mask, three attention paths: the dense mask, FlexAttention's mask_mod and block mask, and the
-relative bias as a score_mod all compute what the naive path computes (forward here on the CPU; values AND
+relative bias as a score_mod (the GPU speed layer, fast.py) all compute what the naive path computes (forward here on the CPU; values AND
 gradients on a GPU in bench/check_cuda.py, since FlexAttention has no backward on a CPU)."""
 import random
 
 import pytest
 import torch
 
+import fast
 from objectives import get_objective
 from objectives.masks import PAD
 from tests.helpers import tiny_model
@@ -31,7 +32,7 @@ def test_mask_mod_is_the_dense_rule_cell_by_cell(tok, passages, pairs, name, tas
     assert torch.equal(dense, batch.attn_mask)
     b, q, k = (t.flatten() for t in torch.meshgrid(torch.arange(B), torch.arange(L), torch.arange(L),
                                                    indexing="ij"))
-    cells = spec.mask_mod()(b, torch.zeros_like(b), q, k).view(B, L, L)
+    cells = fast.mask_mod(spec)(b, torch.zeros_like(b), q, k).view(B, L, L)
     pad_rows = (batch.kind == PAD)[:, :, None] & torch.eye(L, dtype=torch.bool)[None]
     assert torch.equal(cells, dense | pad_rows)
 

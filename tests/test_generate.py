@@ -1,5 +1,6 @@
 """generate.py: the cached decoder equals recomputation for every objective, beam search on hand-built score tables,
-fine-tuning layout == decoding loop (teacher-forced log-probs agree), and the command line."""
+fine-tuning layout == decoding loop (teacher-forced log-probs agree), and the command line. The fast layer's
+static-shape step (CUDA graphs) is held equal to this readable decoder in tests/test_fast.py."""
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import torch
 
 import evaluate as E
 import generate as G
+import model as M
 import utils
 from objectives import get_objective
 from tests.helpers import tiny_model
@@ -91,109 +93,14 @@ def test_teacher_forced_scores_cache_equals_no_cache(name):
         assert (x < 0).all()
 
 
-# --- static shapes (the step a CUDA graph replays) == the cache of growing views == recomputation --------------------
-
-# an [EOS] logit bias per objective that makes the sources below finish at different steps (rows leave the batch)
-EOS_BIAS = dict(unilm=3.0, pmlm=1.5, ernie_gen=1.5, palm=3.5)
-
-
-def finishing(name):
-    """(model, objective, sources) whose sources finish at different steps, greedy and beam 3, max_len 10."""
-    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
-    with torch.no_grad():
-        model.lm_bias[EOS] += EOS_BIAS[name]
-    return model, obj, sources((0, 3, 9, 14, 5, 11), seed=4)
-
-
-def assert_same_hypotheses(a, b):
-    assert [[ids for ids, _ in h] for h in a] == [[ids for ids, _ in h] for h in b]
-    for ha, hb in zip(a, b):
-        assert [s for _, s in ha] == pytest.approx([s for _, s in hb], abs=1e-5)
-
-
-@pytest.mark.parametrize("beam", [1, 3])
-@pytest.mark.parametrize("name", NAMES)
-def test_static_step_equals_growing_cache_and_no_cache(name, beam, monkeypatch):
-    """On a CPU cuda_graph=None runs the static step eagerly: the full-capacity cache decodes exactly as the cache of
-    growing views (cuda_graph=False) and as recomputation, while rows leave the batch at different steps."""
-    model, obj, srcs = finishing(name)
-    rows = []                                                          # the rows of every step
-    logprobs = G.Decoder.logprobs
-    monkeypatch.setattr(G.Decoder, "logprobs", lambda self: rows.append(len(self.tgt)) or logprobs(self))
-    kw = dict(beam_size=beam, n_best=beam, max_len=10, batch_size=len(srcs))
-    static = G.generate(model, obj, srcs, **kw)
-    assert len(set(rows)) >= 3                                         # rows left at two different steps at least
-    assert_same_hypotheses(static, G.generate(model, obj, srcs, cuda_graph=False, **kw))
-    assert_same_hypotheses(static, G.generate(model, obj, srcs, use_cache=False, **kw))
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_teacher_forced_scores_static_equals_growing_cache(name):
-    """score_targets: the static step's per-step log-probs are the growing views' (recomputation's: the test above)."""
-    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
-    srcs, tgts = sources(), sources((5, 1, 7, 3), seed=1)
-    static = G.score_targets(model, obj, srcs, tgts)
-    views = G.score_targets(model, obj, srcs, tgts, cuda_graph=False)
-    for a, b in zip(static, views):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-
-
-class EagerGraph:
-    """Stands in for GraphedStep on a CPU: the same static input buffers and output copy, fn run where the graph would
-    replay. Every call must bring the shapes it was captured with (what a real graph needs)."""
-    captures = []
-
-    def __init__(self, fn, *inputs):
-        self.fn, self.inputs = fn, [x.clone() for x in inputs]
-        EagerGraph.captures.append(self)
-
-    def __call__(self, *inputs):
-        assert [x.shape for x in inputs] == [x.shape for x in self.inputs]
-        for static, x in zip(self.inputs, inputs):
-            static.copy_(x)
-        return self.fn(*self.inputs).clone()
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_graph_bookkeeping(name, monkeypatch):
-    """The decoder's CUDA graph logic with EagerGraph in place of the graph: captured once at the second step, replayed
-    with static shapes while the rows stay, then dropped for the eager step when sources finish; the same hypotheses
-    throughout. Every step's mask is (N, n_new, capacity) with no dead row (encode's eye padding never applies)."""
-    model, obj, srcs = finishing(name)
-    monkeypatch.setattr(G, "GraphedStep", EagerGraph)
-    masks = []
-    encode = model.encode
-
-    def spy(x, pos, mask, cache=None):
-        assert mask.any(-1).all()
-        masks.append(mask.shape)
-        return encode(x, pos, mask, cache)
-    monkeypatch.setattr(model, "encode", spy)
-    for beam, min_len in ((1, 1), (3, 1), (3, 10)):                  # min_len = max_len: no source finishes early
-        rules = G.decoding_rules(TOK, min_len, 3, None, "cpu")
-        eager = G.Decoder(model, obj, srcs, 10)
-        want = G.beam_search(eager, beam, 10, 1.0, rules) if beam > 1 else G.greedy(eager, 10, 1.0, rules)
-        EagerGraph.captures.clear()
-        masks.clear()
-        dec = G.Decoder(model, obj, srcs, 10)
-        dec.graphed = True                                             # what step_mode says on CUDA
-        got = G.beam_search(dec, beam, 10, 1.0, rules) if beam > 1 else G.greedy(dec, 10, 1.0, rules)
-        assert_same_hypotheses(got, want)
-        assert len(EagerGraph.captures) == 1
-        # sources that finish early drop the graph for the eager step; else it serves to the end
-        assert dec.graph is None and not dec.graphed if min_len == 1 else dec.graph is EagerGraph.captures[0]
-        assert {m[-1] for m in masks} == {dec.cache.capacity}          # the source pass and every step
-        if min_len == 10:                                              # static shapes from the second step on
-            assert len(set(masks[2:])) == 1 and len(masks) == 11
-
-
 def test_cuda_graph_option_on_cpu():
-    """None runs the static step eagerly on a CPU, False the growing views; True cannot run here: one line, up front."""
+    """None and False run the readable KV cache on a CPU (the fast layer's static step is for CUDA); True cannot run
+    here: one line, up front."""
     model, obj = make_model("pmlm"), get_objective("pmlm", TOK, task="seq2seq", max_len=64)
     dec = G.Decoder(model, obj, sources(), 8)
-    assert (dec.static, dec.graphed) == (True, False) and isinstance(dec.cache, G.FullCapacityKVCache)
+    assert dec.fast is None and type(dec.cache) is M.KVCache
     dec = G.Decoder(model, obj, sources(), 8, cuda_graph=False)
-    assert not dec.static and type(dec.cache) is G.StaticKVCache
+    assert dec.fast is None and type(dec.cache) is M.KVCache
     assert G.Decoder(model, obj, sources(), 8, use_cache=False).cache is None
     for kw in (dict(cuda_graph=True), dict(cuda_graph=True, use_cache=False)):
         with pytest.raises(ValueError, match="cuda_graph=True needs the KV cache on a CUDA device") as e:
@@ -510,13 +417,14 @@ def test_cli_splits_lines_on_newline_only(tmp_path, suffix, capsys):
 
 
 def test_cli_no_cuda_graph_decodes_the_same(tmp_path, monkeypatch):
-    """--no_cuda_graph runs the cache of growing views (cuda_graph=False): the same lines as the default (None)."""
+    """--no_cuda_graph asks for the readable cache everywhere (cuda_graph=False): the same lines as the default
+    (None)."""
     ckpt, inp = tmp_path / "model.pt", tmp_path / "in.txt"
     save_checkpoint(ckpt, "pmlm")
     inp.write_text("w1 w2 w3\nw4 w5 . w6\n")
     seen = []                                                          # the cuda_graph option of every decoder
-    step_mode = G.step_mode
-    monkeypatch.setattr(G, "step_mode", lambda cuda_graph, *a: seen.append(cuda_graph) or step_mode(cuda_graph, *a))
+    graph_step = G.graph_step
+    monkeypatch.setattr(G, "graph_step", lambda cuda_graph, *a: seen.append(cuda_graph) or graph_step(cuda_graph, *a))
     outs = []
     for flags in ([], ["--no_cuda_graph"]):
         out = tmp_path / f"out{len(outs)}.txt"
@@ -545,6 +453,23 @@ def test_cli_errors_are_clean(tmp_path, capsys):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(utils.UsageError, match="cannot read"):
         G.load_checkpoint(str(tmp_path / "junk.pt"))
+
+
+def test_pretraining_checkpoint_is_refused_with_the_fine_tuning_command(tmp_path, capsys):
+    """A checkpoint that says task: pretrain cannot decode (issue 19): one line naming the fine-tuning command, exit
+    2, no output file (it used to write lines of dots with exit 0)."""
+    ckpt, inp, out = tmp_path / "pre.pt", tmp_path / "in.txt", tmp_path / "o.txt"
+    model = make_model("pmlm")
+    utils.save_checkpoint(ckpt, {"model": model.state_dict(), "model_config": model.config.to_dict(),
+                                 "vocab": TOK.vocab, "lowercase": True, "objective": "pmlm",
+                                 "objective_options": {}, "task": "pretrain"})
+    inp.write_text("w1 w2\n")
+    with pytest.raises(SystemExit) as e:
+        G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("generate.py: error: ")
+    assert "task: pretrain" in err and f"python train.py --task seq2seq --init_from {ckpt}" in err
+    assert not out.exists()
 
 
 def test_checkpoint_that_does_not_fit_is_one_line(tmp_path):

@@ -37,12 +37,16 @@ def cli(*args):
 
 
 @pytest.mark.parametrize("objective", ["unilm", "pmlm", "ernie_gen", "palm"])
-def test_pretrain_finetune_generate_evaluate(workdir, objective):
+def test_pretrain_finetune_generate_evaluate(workdir, objective, capsys):
     common = TINY + ["--cache_dir", str(workdir / "cache"), "--objective", objective]
     pre, fine = workdir / f"{objective}-pre", workdir / f"{objective}-s2s"
     train.main(common + ["--data", str(workdir / "corpus.txt"), "--out_dir", str(pre), "--max_steps", "3"])
     train.main(common + ["--task", "seq2seq", "--init_from", str(pre / "ckpt.pt"), "--data",
                          str(workdir / "train.jsonl"), "--out_dir", str(fine), "--max_steps", "6"])
+    # the last words name what to run next on the user's own data, not on the embedded task
+    next_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert next_line == (f"next: python generate.py --ckpt {fine / 'ckpt.pt'} --input "
+                         f"{workdir / 'train.jsonl'} --output {fine / 'train.hyp'} --beam 5")
     ck = torch.load(fine / "ckpt.pt", weights_only=False)
     assert ck["task"] == "seq2seq" and ck["objective"] == objective
     hyp = workdir / f"{objective}.hyp"

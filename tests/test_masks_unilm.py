@@ -76,3 +76,15 @@ def test_padding_rows_and_keys_in_every_mask():
 def test_seq2seq_with_empty_target_part_is_bidirectional():
     # source of the whole length: the seq2seq mask degenerates to the bidirectional one
     assert torch.equal(masks.seq2seq([5], [5], 5), masks.bidirectional([5], 5))
+
+
+def test_attention_mask_from_a_start_column_is_the_full_masks_rows():
+    """A decoder with a KV cache asks only for its new tokens' rows: attention_mask(kind, step, start) is the full
+    mask's rows start.. (the diagonal, `same`, shifted with them)."""
+    gen = torch.Generator().manual_seed(0)
+    kind = torch.randint(0, 5, (3, 9), generator=gen)
+    step = torch.randint(0, 4, (3, 9), generator=gen)
+    full = masks.attention_mask(kind, step)
+    for start in (0, 1, 5, 8):
+        assert torch.equal(masks.attention_mask(kind, step, start), full[:, start:])
+    assert masks.attention_mask(kind, step, 9).shape == (3, 0, 9)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_registered_as_mass(tok):
-    assert OBJECTIVES["mass"] == "mass" and objective_class("mass") is MassObjective
+    assert OBJECTIVES["mass"] is MassObjective and objective_class("mass") is MassObjective
     for task in ("pretrain", "seq2seq"):
         obj = get_objective("mass", tok, task=task)
         assert isinstance(obj, MassObjective) and obj.task == task and obj.query_token is None

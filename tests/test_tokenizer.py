@@ -345,6 +345,26 @@ def test_bert_vocab_txt_without_unused_slots(tmp_path, capsys):
         WordPiece.from_file(path)
 
 
+def test_decode_joins_contractions_as_the_reference_decoder():
+    """The case of the tokenizers library's own suite (bindings/python/tests/bindings/
+    test_decoders.py, TestWordPiece.test_decoding, cleanup on), written out here, then the other
+    contractions its cleanup joins, checked against that library's decoder (a test-only oracle)."""
+    from tokenizers import decoders
+    cases = [(["My", "na", "##me", "is", "Jo", "##hn"], "My name is John"),
+             (["I", "'m", "Jo", "##hn"], "I'm John")]
+    more = [["do", "n't", "go"], ["it", "'s", "we", "'ve", "they", "'re", "."], ["I", "'m", "."]]
+    vocab = sorted({p for pieces, _ in cases for p in pieces} | {p for ps in more for p in ps})
+    wp = WordPiece(list(SPECIAL_TOKENS) + vocab, lowercase=False)
+    decode = lambda pieces: wp.decode([wp.token_to_id(p) for p in pieces])
+    for pieces, text in cases:
+        assert decode(pieces) == text
+    for pieces in more:
+        assert decode(pieces) == decoders.WordPiece().decode(pieces), pieces
+    # a quoted piece is no contraction
+    quoted = WordPiece(list(SPECIAL_TOKENS) + ["a", "'n'", "b"])
+    assert quoted.decode([quoted.token_to_id(p) for p in ("a", "'n'", "b")]) == "a 'n' b"
+
+
 # --- parity with HF tokenizers (test-only oracle) -------------------------------------------------
 
 HAND_PICKED = [

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pydoc_data.topics
@@ -225,6 +226,26 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path, corpus, sig)
     assert sorted(train_losses(out)) == list(range(1, 61))
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_whole_process_group_stops_cleanly_with_workers(tmp_path, corpus, sig):
+    """Ctrl-C in a terminal, and SIGTERM from a scheduler or `timeout`, reach every process of the
+    group, the DataLoader's workers included: the workers leave it to train.py, which stops with a
+    checkpoint and the resume command (exit 128 + signal), no traceback; the resumed run ends."""
+    out = tmp_path / "run"
+    proc = launch(KILLABLE + ["--workers", "2"], tmp_path, corpus, out)
+    wait_for_step(proc, out, 15)
+    os.killpg(proc.pid, sig)                               # start_new_session: its own group
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + sig.value, stderr[-3000:]
+    assert "Traceback" not in stderr and "killed by signal" not in stderr, stderr[-3000:]
+    step = torch.load(out / "ckpt.pt", weights_only=True)["step"]
+    assert 15 <= step < 60 and f"stopped by {sig.name}: {step} of 60 steps" in stdout
+    assert f"continue with: python train.py --resume --out_dir {out}" in stdout
+    finish(launch(["--resume", "--workers", "2"], tmp_path, corpus, out))
+    assert sorted(train_losses(out)) == list(range(1, 61))
+    assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == 60
+
+
 def test_a_finished_run_is_never_overwritten_unless_asked(tmp_path, corpus):
     out = run(["--objective", "unilm", "--max_steps", "4"], tmp_path, corpus, "done")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -274,6 +295,59 @@ def test_help_lists_every_setting(capsys):
             assert line is not None and len(line.split()) >= 3, (name, key)
 
 
+def test_help_shows_the_values_the_run_uses(capsys):
+    """The default run is the tiny preset's recipe and shape: --help says so, and says another
+    preset's values when one is given."""
+    def shown(*argv):
+        train.main([*argv, "--help"])
+        text = capsys.readouterr().out
+        return {x.split()[0][2:]: x.split()[1] for x in text.splitlines() if x.startswith("  --")}
+    tiny = shown()
+    expected = {"vocab_size": "4096", "batch_size": "16", "max_steps": "2200", "lr": "0.001",
+                "seq_len": "128", "n_layer": "2", "n_embd": "128", "rel_pos_buckets": "32"}
+    assert {k: tiny[k] for k in expected} == expected
+    base = shown("--preset", "base", "--objective", "palm", "--lr", "3e-4")
+    assert (base["batch_size"], base["lr"], base["n_layer"], base["copy_head"]) == \
+        ("32", "0.0003", "12", "True")
+    assert shown("--task", "seq2seq")["label_smoothing"] == "0.1"
+
+
+def test_init_from_with_another_vocab_size_is_refused(tmp_path, corpus):
+    run(["--objective", "unilm", "--max_steps", "1"], tmp_path, corpus, "pre")
+    with pytest.raises(UsageError, match="--vocab_size 500 with --init_from: the checkpoint's "
+                                         "vocabulary has"):
+        run(["--objective", "unilm", "--max_steps", "1", "--vocab_size", "500", "--init_from",
+             str(tmp_path / "pre" / "ckpt.pt")], tmp_path, corpus, "fine")
+
+
+def test_a_corpus_of_one_document_a_line_gets_a_flag_that_exists(tmp_path):
+    lines = [" ".join(text.split())[:600] for _, text in sorted(pydoc_data.topics.topics.items())]
+    one_file = tmp_path / "lines.txt"
+    one_file.write_text("\n".join(lines[:40]) + "\n")
+    args = TINY + ["--objective", "unilm", "--data", str(one_file), "--max_steps", "2",
+                   "--cache_dir", str(tmp_path / "cache")]
+    with pytest.raises(UsageError, match="add --one_document_per_line") as e:
+        train.main(args + ["--out_dir", str(tmp_path / "a")])
+    flags = [w for w in str(e.value).split() if w.startswith("--")]
+    assert flags and all(f.strip(")").removeprefix("--") in
+                         {x.name for x in fields(train.TrainConfig)} for f in flags)
+    train.main(args + ["--out_dir", str(tmp_path / "b"), "--one_document_per_line"])
+    assert max(losses(tmp_path / "b")) == 2
+
+
+def test_progress_false_hides_the_bars_only(tmp_path, corpus, capsys):
+    """--progress false: the evaluation lines and the [prediction|answer] fills still print; PALM's
+    stage is no metric of the valid line (it stays in metrics.jsonl)."""
+    out = run(["--objective", "palm", "--max_steps", "4", "--stage1_frac", "0.5"], tmp_path,
+              corpus, "palm")
+    text = capsys.readouterr().out
+    valid = [x for x in text.splitlines() if ": valid " in x]
+    assert len(valid) == 1 and "loss " in valid[0] and "stage" not in valid[0]
+    assert "fills [prediction|answer]" in text and "queries: " in text
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in rows if r["split"] == "train"] == [1, 1, 2, 2]
+
+
 # --- bad input: one line, exit status 2 -------------------------------------------------------------------------
 
 def bad_data(tmp_path):
@@ -308,6 +382,9 @@ def test_every_data_error_is_one_line(tmp_path, corpus):
     (["--n_segment", "2", "--objective", "unilm"], "uses 6 segment ids"),
     (["--data", "/no/such/place"], "no such file"),
     (["--init_from", "/no/such.pt"], "checkpoint not found"),
+    (["--seq_len", "2"], "--seq_len 2 is too small for pmlm"),
+    (["--seq_len", "4", "--objective", "unilm"], "need --seq_len >= 5"),
+    (["--init_from", "train.py"], "not a unigen checkpoint"),
 ])
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, words):
     res = subprocess.run([sys.executable, "train.py", *args, "--cache_dir", str(tmp_path), "--out_dir",
@@ -315,6 +392,8 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, words):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("train.py: error: ") and words in last
+    # advice a command-line user can follow: never PyTorch's "load with weights_only=False"
+    assert "weights_only" not in res.stderr
 
 
 class Boobytrap:

@@ -1,0 +1,348 @@
+"""train.py's settings: the table of training flags, how `--key value` flags are read and checked,
+and how the settings a flag did not give are filled in (the preset's recipe, a resumed run's own,
+a checkpoint's model shape).
+
+    cfg, model_flags, obj_flags, given = parse_args(["--objective", "pmlm", "--lr", "3e-4"])
+    check_settings(cfg)                              # every value in range, before anything runs
+    model_dict = model_settings(cfg, model_flags)   # preset + what the objective needs + flags
+    resolve_defaults(cfg, model_dict, given)        # the recipe, seq_len, label_smoothing
+    ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given)  # --resume, --init_from
+    print(help_text(["--objective", "palm"]))       # what `train.py --objective palm --help` says
+
+One mechanism for every setting (nanoGPT's): a `--key value` flag for each field of TrainConfig
+below, of model.ModelConfig, and of the chosen objective's options (declared on its class,
+objectives/__init__.py's `option`). An unknown key or a value out of range is a UsageError: one
+line, exit status 2.
+
+Left out: configuration files (a shell script of flags does that job) and nested settings.
+"""
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import model as M
+from model import setting
+from objectives import OBJECTIVES, objective_class
+from utils import UsageError, read_checkpoint
+
+
+@dataclass
+class TrainConfig:
+    objective: str = setting("pmlm", "unilm | pmlm | ernie_gen | palm | mass")
+    task: str = setting("pretrain", "pretrain | seq2seq (fine-tuning on (source, target) pairs)")
+    preset: str = setting("tiny",
+                          "model size: tiny | small | base | large; model flags override it")
+    data: str = setting("", "pretrain: text file/folder; seq2seq: jsonl or parallel files; "
+                            "'' = embedded")
+    one_document_per_line: bool = setting(False, "pretrain --data: every non-empty line is a "
+                                                 "document (else a blank line separates them)")
+    init_from: str = setting("", "a checkpoint to start from (fine-tuning): its weights and "
+                                 "vocabulary")
+    vocab: str = setting("", "a vocab.txt to use instead of training one (a BERT vocab.txt works)")
+    out_dir: str = setting("", "where ckpt.pt and metrics.jsonl go; '' = out/<objective>-<task>")
+    resume: bool = setting(False, "continue the run in out_dir exactly where it stopped, "
+                                  "with its settings")
+    overwrite: bool = setting(False,
+                              "start afresh in an out_dir holding a checkpoint (replacing it)")
+    vocab_size: int = setting(8192, "WordPiece vocabulary size when one is trained")
+    seq_len: int = setting(0, "passage / source budget in tokens; "
+                              "0 = 128 (tiny pre-training) or max_position")
+    batch_size: int = setting(32, "examples per rank and micro-step")
+    grad_accum: int = setting(1, "micro-steps per optimizer step")
+    max_steps: int = setting(600, "optimizer steps of the whole run (the schedule's length)")
+    stop_at: int = setting(0, "stop after this step as if interrupted (checkpoint kept); 0 = never")
+    time_limit: float = setting(0.0, "minutes; stop at the next log step after this much training "
+                                     "time; 0 = none")
+    lr: float = setting(2e-3, "peak learning rate")
+    warmup_steps: int = setting(-1, "linear warmup steps; -1 = 5% of max_steps")
+    min_lr_frac: float = setting(0.0, "the linear decay ends at lr * min_lr_frac")
+    weight_decay: float = setting(0.01,
+                                  "AdamW weight decay (not on biases, LayerNorms, position tables)")
+    beta2: float = setting(0.98, "AdamW beta2")
+    grad_clip: float = setting(1.0, "clip the gradient norm to this; 0 = no clipping")
+    label_smoothing: float = setting(-1.0, "-1 = 0.1 when fine-tuning (the papers' setting), "
+                                           "0 when pre-training")
+    eval_interval: int = setting(200, "evaluate on the held-out split every this many steps")
+    eval_batches: int = setting(10, "held-out batches per evaluation")
+    log_interval: int = setting(10, "log (and check for a stop request) every this many steps")
+    ckpt_interval: int = setting(200, "write a checkpoint every this many steps")
+    seed: int = setting(1337, "seed of the data order, the masking and dropout")
+    device: str = setting("auto", "auto | cpu | cuda | cuda:N")
+    compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
+    workers: int = setting(-1, "processes building batches (a DataLoader's); "
+                               "-1 = 2 on CUDA, 0 on a CPU")
+    cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")
+    progress: bool = setting(True, "show progress bars (the evaluation lines print either way)")
+
+
+# a resumed run keeps its settings; these may change without changing what it computes
+SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval",
+                  "eval_batches", "ckpt_interval", "device", "compile", "workers", "cache_dir",
+                  "progress", "overwrite"}
+SAFE_MODEL_ON_RESUME = {"attn_impl"}
+PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
+# the model shapes a checkpoint fixes
+SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_position", "n_segment",
+              "rel_pos_buckets", "rel_pos_max_distance")
+# the sequence budget of the tiny preset's pre-training: a laptop's
+TINY_SEQ_LEN = 128
+# special tokens around a pre-training passage ([SOS] S1 [EOS] S2 [EOS]): seq_len minus these is
+# the passage budget (data.make_passages)
+PASSAGE_SPECIALS = 3
+# The tiny preset is the laptop's recipe, chosen by measurement (bench/recipe_sweep.py,
+# bench/RESULTS.md): a fresh run of a tiny model (or a fine-tuning of one) takes these values for
+# the settings no flag gives.
+RECIPES = {"tiny": dict(vocab_size=4096, lr=1e-3, batch_size=16, max_steps=2200)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Flags -> values
+
+
+def parse_value(text, default, key):
+    """Turn a command-line string into the type of the default."""
+    if isinstance(default, bool):
+        if text is None or text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise UsageError(f"--{key} expects true/false, got {text!r}")
+    if text is None:
+        raise UsageError(f"--{key} needs a value")
+    if default is None:
+        return text
+    try:
+        return type(default)(text)
+    except ValueError:
+        raise UsageError(f"--{key} expects a {type(default).__name__}, got {text!r}") from None
+
+
+def split_argv(argv):
+    """['--a', '1', '--b=2', '--flag'] -> {'a': '1', 'b': '2', 'flag': None}."""
+    pairs = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise UsageError(f"expected --key value, got {arg!r}")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            value = argv[i + 1] if has_value else None
+            i += has_value
+        pairs[key.replace("-", "_")] = value
+        i += 1
+    return pairs
+
+
+def model_fields():
+    """ModelConfig's settable fields and their defaults (vocab_size comes from the tokenizer)."""
+    return {f.name: f.default for f in fields(M.ModelConfig) if f.name != "vocab_size"}
+
+
+def parse_args(argv):
+    """-> (TrainConfig, model flags, objective flags, the keys given); unknown keys list the known
+    ones."""
+    raw = split_argv(argv)
+    name = raw.get("objective") or TrainConfig.objective
+    if name not in OBJECTIVES:
+        raise UsageError(f"--objective {name!r}: choose one of {sorted(OBJECTIVES)}")
+    train_defaults = asdict(TrainConfig())
+    option_defaults = {k: o.default for k, o in objective_class(name).option_table().items()}
+    cfg = {}
+    model_flags = {}
+    obj_flags = {}
+    tables = ((train_defaults, cfg), (model_fields(), model_flags), (option_defaults, obj_flags))
+    for key, value in raw.items():
+        for defaults, out in tables:
+            if key in defaults:
+                out[key] = parse_value(value, defaults[key], key)
+                break
+        else:
+            raise UsageError(f"unknown setting --{key} (python train.py --help lists them). "
+                             f"training: {sorted(train_defaults)}; "
+                             f"model: {sorted(model_fields())}; "
+                             f"objective {name!r}: {sorted(option_defaults)}")
+    return TrainConfig(**cfg), model_flags, obj_flags, set(raw)
+
+
+def check_settings(cfg):
+    """Every value in range, before anything is read or written: one clear error, never a hang or a
+    crash."""
+    at_least_one = ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
+                    "ckpt_interval")
+    for key in at_least_one:
+        if getattr(cfg, key) < 1:
+            raise UsageError(f"--{key} must be >= 1, got {getattr(cfg, key)}")
+    for key in ("stop_at", "eval_batches", "seq_len", "time_limit", "grad_clip", "weight_decay"):
+        if getattr(cfg, key) < 0:
+            raise UsageError(f"--{key} must be >= 0, got {getattr(cfg, key)}")
+    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise UsageError(f"--lr must be a positive number, got {cfg.lr}")
+    if cfg.warmup_steps < -1 or not 0 <= cfg.min_lr_frac <= 1 or not 0 <= cfg.beta2 < 1:
+        raise UsageError("need --warmup_steps >= -1, 0 <= --min_lr_frac <= 1 and 0 <= --beta2 < 1")
+    if cfg.label_smoothing != -1 and not 0 <= cfg.label_smoothing < 1:
+        raise UsageError(f"--label_smoothing must be in [0, 1) (or -1), got {cfg.label_smoothing}")
+    if cfg.task not in ("pretrain", "seq2seq"):
+        raise UsageError(f"--task {cfg.task!r}: choose pretrain or seq2seq")
+    if cfg.preset not in M.PRESETS:
+        raise UsageError(f"--preset {cfg.preset!r}: choose one of {sorted(M.PRESETS)}")
+    if cfg.vocab_size < 100:
+        raise UsageError(f"--vocab_size {cfg.vocab_size} is too small "
+                         "(the alphabet alone needs about 100)")
+    if cfg.compile not in ("auto", "true", "false"):
+        raise UsageError(f"--compile {cfg.compile!r}: choose auto, true or false")
+    if cfg.workers < -1:
+        raise UsageError(f"--workers must be >= 0 (or -1 = auto), got {cfg.workers}")
+    if cfg.resume and cfg.init_from:
+        raise UsageError("--resume continues a run; --init_from starts a new one from a "
+                         "checkpoint: pick one")
+
+
+# --------------------------------------------------------------------------------------------------
+# The settings no flag gave
+
+
+def model_settings(cfg, model_flags, ckpt=None):
+    """ModelConfig fields: the preset, what the objective needs, the checkpoint's shapes, then the
+    flags."""
+    needs = objective_class(cfg.objective).model_defaults
+    model_dict = {**M.PRESETS[cfg.preset], **needs}
+    if ckpt is not None:
+        # the checkpoint fixes the shapes; the objective may still add a head (PALM's copy head)
+        model_dict.update(ckpt["model_config"])
+        model_dict.update({k: v for k, v in needs.items() if k not in SHAPE_KEYS})
+    model_dict.update(model_flags)
+    needed = objective_class(cfg.objective).n_segments
+    if model_dict.get("n_segment", needed) < needed:
+        raise UsageError(f"--n_segment {model_dict['n_segment']}: {cfg.objective} uses {needed} "
+                         "segment ids")
+    return model_dict
+
+
+def resolve_defaults(cfg, model_dict, given=(), preset=None):
+    """The settings whose default depends on the run: the preset's recipe (preset: the
+    checkpoint's when fine-tuning), seq_len, label_smoothing. Stored resolved in the checkpoint, so
+    a resumed run is exact."""
+    if not cfg.resume:
+        for key, value in RECIPES.get(preset or cfg.preset, {}).items():
+            if key not in given:
+                setattr(cfg, key, value)
+    if not cfg.seq_len:
+        tiny_pretrain = cfg.task == "pretrain" and cfg.preset == "tiny" and not cfg.init_from
+        cfg.seq_len = TINY_SEQ_LEN if tiny_pretrain else model_dict["max_position"]
+    if cfg.label_smoothing < 0:
+        cfg.label_smoothing = 0.1 if cfg.task == "seq2seq" else 0.0
+    if cfg.seq_len > model_dict["max_position"]:
+        raise UsageError(f"--seq_len {cfg.seq_len} exceeds the model's max_position "
+                         f"{model_dict['max_position']}")
+    shortest = PASSAGE_SPECIALS + objective_class(cfg.objective).min_passage
+    if cfg.task == "pretrain" and cfg.seq_len < shortest:
+        raise UsageError(f"--seq_len {cfg.seq_len} is too small for {cfg.objective}: "
+                         f"{PASSAGE_SPECIALS} special tokens and a passage of at least "
+                         f"{shortest - PASSAGE_SPECIALS} token(s) need --seq_len >= {shortest}")
+
+
+def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
+    """A resumed run takes every setting from its checkpoint; a flag given again may only change a
+    safe one."""
+    saved = ckpt["train_config"]
+    theirs = f"{saved['objective']}/{saved['task']}"
+    if {"objective", "task"} & given and f"{cfg.objective}/{cfg.task}" != theirs:
+        raise UsageError(f"{path} was a {theirs} run; this one is {cfg.objective}/{cfg.task}")
+    diffs = [f"{k}: checkpoint {saved[k]} vs now {getattr(cfg, k)}" for k in sorted(given)
+             if k in saved and k not in SAFE_ON_RESUME and getattr(cfg, k) != saved[k]]
+    diffs += [f"{k}: checkpoint {ckpt['model_config'][k]} vs now {v}"
+              for k, v in model_flags.items()
+              if k not in SAFE_MODEL_ON_RESUME and v != ckpt["model_config"][k]]
+    diffs += [f"{k}: checkpoint {ckpt['objective_options'].get(k)} vs now {v}"
+              for k, v in obj_flags.items()
+              if v != ckpt["objective_options"].get(k)]
+    if diffs:
+        raise UsageError(f"{path}: a resumed run keeps its settings, and these differ: "
+                         f"{'; '.join(diffs)}. Safe to change on --resume: "
+                         f"{sorted(SAFE_ON_RESUME | SAFE_MODEL_ON_RESUME)}")
+    # safe settings given again win; the ones that only steer one invocation
+    # (a --stop_at of the first run must not stop the second) are this invocation's, given or not
+    merged = {**saved, **{k: getattr(cfg, k) for k in SAFE_ON_RESUME
+                          if k in given or k in PER_INVOCATION}}
+    # (a checkpoint written before a setting existed gets that setting's default)
+    return TrainConfig(**merged), dict(ckpt["objective_options"])
+
+
+# --------------------------------------------------------------------------------------------------
+# A checkpoint's settings: the run to resume, the model to fine-tune
+
+
+def out_dir_of(cfg):
+    return Path(cfg.out_dir or f"out/{cfg.objective}-{cfg.task}")
+
+
+def start_point(cfg, model_flags, obj_flags, given):
+    """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or
+    fine-tuning run."""
+    out_dir = out_dir_of(cfg)
+    if cfg.resume:
+        path = out_dir / "ckpt.pt"
+        if not path.exists():
+            raise UsageError(f"--resume: no checkpoint {path} to continue (is --out_dir right?)")
+        ckpt = read_checkpoint(path)
+        cfg, obj_opts = restore_settings(ckpt, cfg, model_flags, obj_flags, given, path)
+        return ckpt, cfg, obj_opts
+    if (out_dir / "ckpt.pt").exists() and not cfg.overwrite:
+        raise UsageError(f"{out_dir} holds the checkpoint of an earlier run: continue it with "
+                         "--resume, start afresh there with --overwrite, or pick another --out_dir")
+    ckpt = read_checkpoint(cfg.init_from) if cfg.init_from else None
+    theirs = ckpt.get("train_config", {}).get("preset") if ckpt else None
+    if ckpt and "preset" in given and cfg.preset != theirs:
+        raise UsageError(f"--preset {cfg.preset} with --init_from: the checkpoint fixes the "
+                         f"model's shape (it is a {theirs} model); drop --preset")
+    if ckpt and "vocab_size" in given and cfg.vocab_size != len(ckpt["vocab"]):
+        raise UsageError(f"--vocab_size {cfg.vocab_size} with --init_from: the checkpoint's "
+                         f"vocabulary has {len(ckpt['vocab'])} tokens and fine-tuning keeps it; "
+                         "drop --vocab_size")
+    return ckpt, cfg, dict(obj_flags)
+
+
+def check_compatible(ckpt, model_cfg, tok, path):
+    """Refuse a checkpoint whose vocabulary or model shape differs, naming the difference."""
+    if ckpt["vocab"] != tok.vocab:
+        diff = next((i for i, (a, b) in enumerate(zip(ckpt["vocab"], tok.vocab)) if a != b), None)
+        where = (f", first at id {diff}: {ckpt['vocab'][diff]!r} vs {tok.vocab[diff]!r}"
+                 if diff is not None else "")
+        raise UsageError(f"{path}: its vocabulary ({len(ckpt['vocab'])} tokens) differs from "
+                         f"this run's ({len(tok.vocab)} tokens){where}")
+    theirs = ckpt["model_config"]
+    ours = model_cfg.to_dict()
+    diffs = [f"{k}: checkpoint {theirs.get(k)} vs now {ours[k]}" for k in SHAPE_KEYS
+             if theirs.get(k) != ours[k]]
+    if diffs:
+        raise UsageError(f"{path} does not fit this model: " + "; ".join(diffs))
+
+
+# --------------------------------------------------------------------------------------------------
+# --help
+
+
+def help_text(argv, intro=""):
+    """Every setting with the value THIS run would use (the preset's recipe and model shape, what
+    the objective needs, the flags given) and its one-line description:
+    python train.py [--objective X] [--preset P] [any flag] --help."""
+    cfg, model_flags, obj_flags, given = parse_args(argv)
+    check_settings(cfg)
+    model_dict = model_settings(cfg, model_flags)
+    resolve_defaults(cfg, model_dict, given)
+    obj_class = objective_class(cfg.objective)
+    row = lambda key, value, text: f"  --{key:<23} {value!r:<11} {text}"
+    lines = [intro, "", f"training (the values of this run: --preset {cfg.preset}'s recipe "
+                        "where no flag is given):"]
+    lines += [row(f.name, getattr(cfg, f.name), f.metadata["help"]) for f in fields(TrainConfig)]
+    lines += ["", (f"model (model.ModelConfig: --preset {cfg.preset}, what {cfg.objective} needs, "
+                   "the flags; a checkpoint fixes the shapes):")]
+    lines += [row(f.name, model_dict.get(f.name, f.default), f.metadata["help"])
+              for f in fields(M.ModelConfig) if f.name != "vocab_size"]
+    lines += ["", (f"objective {cfg.objective!r} ({obj_class.__module__.replace('.', '/')}.py; "
+                   "--objective NAME --help for another):")]
+    lines += [row(key, obj_flags.get(key, opt.default), opt.help)
+              for key, opt in obj_class.option_table().items()]
+    return "\n".join(lines)

@@ -1,0 +1,420 @@
+"""The fast layer: everything in unigen that exists only for GPU speed, below the teaching files.
+
+Read model.py and generate.py first: they hold the papers' rules, the naive and SDPA attention,
+the readable relative bias, the readable KV cache and beam search. This file holds the GPU
+machinery that computes the same numbers faster (custom autograd functions, FlexAttention block
+masks and score_mods, a static-shape cache replayed as a CUDA graph, compile helpers).
+
+The rule: every piece here equals a readable function of the teaching files, named in its
+docstring with the test that holds the two equal on a CPU; bench/check_cuda.py holds them equal on
+a GPU, values and gradients, at base size.
+
+The switches that reach it (on a CPU the readable path is the default everywhere):
+    ModelConfig.attn_impl = "flex"      FlexAttention (Transformer.encode -> encode_flex)
+    fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
+    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph
+Objectives, notebooks and exercises never import this file.
+
+Pieces, their readable twins and the tests that hold them equal:
+    BucketBias                 RelativePositionBias.lookup        tests/test_fast.py
+    FlexBias, mask_mod         RelativePositionBias, attention_mask   tests/test_attention_paths.py
+    encode_flex, flex          Transformer.encode, naive_attention  tests/test_attention_paths.py
+    compiled_additive_scores   model.additive_scores                bench/check_cuda.py (GPU only)
+    compile_blocks             the eager blocks                     bench/check_cuda.py (GPU only)
+    StaticCache, StaticStep    model.KVCache, Decoder.logprobs      tests/test_fast.py
+    GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
+The measurements behind each piece are in bench/RESULTS.md.
+Left out: hand-written Triton kernels, fused optimizers, FP8, paged caches.
+"""
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from objectives.masks import CTX, ORIG, PAD, PSEUDO, MaskSpec, may_attend
+
+_COMPILED = {}
+
+
+# --------------------------------------------------------------------------------------------------
+# The switch for training
+
+
+def speed_up(model, compile=True):
+    """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and
+    PALM's compiled copy scores; with compile, torch.compile of every block (any device). -> model.
+    On a CPU without compile it changes nothing (tests/test_fast.py)."""
+    if next(model.parameters()).is_cuda:
+        if model.rel_bias is not None:
+            model.rel_bias.fast_lookup = BucketBias.apply
+        if model.copy_head is not None:
+            model.copy_head.fast_scores = compiled_additive_scores()
+    if compile:
+        compile_blocks(model)
+    return model
+
+
+def compile_blocks(model):
+    """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
+    compilation serves them all, in a fraction of the time of compiling the whole model; embeddings
+    and heads stay eager. Twin: the eager blocks (bench/check_cuda.py compares them on a GPU)."""
+    # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
+    # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
+    # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    for block in model.blocks:
+        block.compile(dynamic=False)
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# Relative position bias: a backward made for a GPU
+
+
+class BucketBias(torch.autograd.Function):
+    """bias[b, h, i, j] = table[bucket[b, i, j], h], with a backward made for a GPU.
+
+    Twin: model.RelativePositionBias.lookup (index_select), the same bias and table gradient
+    (tests/test_fast.py: exactly, and float64 gradcheck; bench/check_cuda.py on a GPU).
+    The plain lookup's backward adds B * Lq * Lk gradient rows into a 32-row table one by one
+    (atomic adds on 32 x H addresses: 12 ms a step for UniLMv2 at base size on an H100, measured
+    by bench/profile_step.py). Here the sum per bucket is a matrix product with a one-hot matrix,
+    in chunks of rows so the GPU has work for every core:
+        d table[k, h] = sum_{b, i, j} [bucket[b, i, j] = k] * g[b, h, i, j]
+    The bias comes out in `dtype` (the attention's compute dtype), (B, H, Lq, Lk), contiguous.
+    """
+
+    @staticmethod
+    def forward(ctx, table, buckets, dtype):
+        ctx.save_for_backward(buckets)
+        ctx.n_buckets = table.size(0)
+        ctx.table_dtype = table.dtype
+        bias = F.embedding(buckets, table.to(dtype))                    # (B, Lq, Lk, H)
+        return bias.permute(0, 3, 1, 2).contiguous()                    # (B, H, Lq, Lk)
+
+    @staticmethod
+    def backward(ctx, g):
+        buckets, = ctx.saved_tensors
+        B, H, Lq, Lk = g.shape
+        # chunks of `rows` query rows: B * Lq / rows independent products
+        rows = next(r for r in (64, 32, 16, 8, 4, 2, 1) if Lq % r == 0)
+        n = B * Lq // rows
+        g = g.reshape(B, H, Lq // rows, rows * Lk).transpose(1, 2).reshape(n, H, rows * Lk)
+        kinds = torch.arange(ctx.n_buckets, device=g.device)
+        onehot = (buckets.reshape(n, rows * Lk, 1) == kinds).to(g.dtype)  # (n, rows * Lk, K)
+        # accumulated in fp32 (at least): inside each product and across the chunks
+        acc = torch.promote_types(g.dtype, torch.float32)
+        if g.is_cuda and g.dtype != acc:
+            part = torch.bmm(g, onehot, out_dtype=acc)                  # (n, H, K), bf16 in
+        else:
+            part = torch.bmm(g, onehot).to(acc)
+        grad = part.sum(0)                                              # (H, K)
+        return grad.t().to(ctx.table_dtype), None, None
+
+
+# --------------------------------------------------------------------------------------------------
+# FlexAttention: the mask as tiles, the bias as a score_mod
+
+
+def mask_mod(spec: MaskSpec):
+    """masks.may_attend for one (query, key) pair, FlexAttention's mask_mod. Twin:
+    masks.attention_mask (tests/test_attention_paths.py, cell by cell). A padding query sees itself
+    here, as Transformer.encode lets it on the dense path, so its softmax stays finite."""
+    kind, step = spec.kind, spec.step
+
+    def mod(b, h, q, k):
+        q_kind = kind[b, q]
+        allowed = may_attend(q_kind, step[b, q], kind[b, k], step[b, k], q == k)
+        return allowed | ((q_kind == PAD) & (q == k))
+    return mod
+
+
+def block_mask(spec: MaskSpec, device):
+    """FlexAttention's block-sparse mask: which 128 x 128 tiles hold any allowed pair (the rest are
+    skipped: UniLMv2's context never sees the appended part), built once per batch and shared by the
+    layers."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    B, L = spec.kind.shape
+    return create_block_mask(mask_mod(spec), B, None, L, L, device=device,
+                             _compile=device.type == "cuda")
+
+
+class FlexBias(NamedTuple):
+    """The relative position bias as FlexAttention's score_mod: read one (query, key, head) at a
+    time inside the kernel, so no (B, H, L, L) tensor is ever made; its gradient reaches the learned
+    table through by_distance. Twin: model.RelativePositionBias (tests/test_attention_paths.py,
+    forward on a CPU; bench/check_cuda.py, values and gradients on a GPU). Plain tensors, so that a
+    compiled block receives data and makes the score_mod itself.
+
+    FlexAttention's backward adds the bias's gradient into the table it reads, atomically, one add
+    per (query, key, head). Read from one (2P - 1, H) table, the queries of a tile all add into the
+    same few addresses and wait for each other (a pmlm step took 200 ms on an H100, against 61 ms
+    without the bias); the score_mod reads copy q % COPIES of the table instead, in fp32, and the
+    copies' gradients are summed by expand's backward (127 ms; bench/profile_step.py).
+    """
+    by_distance: torch.Tensor     # (2P - 1, H): the bias of each distance -(P-1) .. P-1
+    position_ids: torch.Tensor    # (B, L)
+    offset: int                   # P - 1
+    COPIES = 128                  # one per query of a 128-row tile
+
+    @classmethod
+    def of(cls, rel_bias, position_ids):
+        """The FlexBias of a model.RelativePositionBias at these positions."""
+        by_distance = rel_bias.table.weight.index_select(0, rel_bias.distance_bucket)
+        return cls(by_distance, position_ids, rel_bias.offset)
+
+    def score_mod(self):
+        pos = self.position_ids
+        offset = self.offset
+        copies = self.COPIES
+        table = self.by_distance.float()[None].expand(copies, *self.by_distance.shape)
+        table = table.contiguous()                                     # (COPIES, 2P - 1, H)
+
+        def mod(score, b, h, q, k):
+            return score + table[q % copies, pos[b, k] - pos[b, q] + offset, h]
+        return mod
+
+
+def flex_attention():
+    """torch's flex_attention, compiled once on CUDA (its fast path); eager elsewhere (forward only
+    on a CPU)."""
+    from torch.nn.attention import flex_attention as fa
+    if "flex" not in _COMPILED:
+        _COMPILED["flex"] = (torch.compile(fa.flex_attention, dynamic=False)
+                             if torch.cuda.is_available() else fa.flex_attention)
+    return _COMPILED["flex"]
+
+
+def flex(q, k, v, mask, bias):
+    """model.attention's "flex" path: q, k, v (B, H, L, D), mask a block_mask, bias a FlexBias or
+    None -> (B, H, L, D). Twin: model.naive_attention. FlexAttention has no dropout on the attention
+    weights, so this path has none (the residual and embedding dropout stay)."""
+    score_mod = bias.score_mod() if bias is not None else None
+    return flex_attention()(q, k, v, score_mod=score_mod, block_mask=mask)
+
+
+def encode_flex(model, x, position_ids, spec: MaskSpec):
+    """Transformer.encode on the FlexAttention path: one block mask and one score_mod (the relative
+    bias) shared by every layer. Twin: Transformer.encode with the dense mask
+    (tests/test_attention_paths.py)."""
+    if x.device.type != "cuda" and torch.is_grad_enabled():
+        raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward "
+                           "on a CPU); use sdpa here")
+    mask = block_mask(spec, x.device)
+    bias = FlexBias.of(model.rel_bias, position_ids) if model.rel_bias is not None else None
+    for block in model.blocks:
+        x = block(x, mask, bias)
+    return model.ln_f(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# PALM's copy scores, fused
+
+
+def compiled_additive_scores():
+    """model.additive_scores compiled (its twin; bench/check_cuda.py compares values and gradients
+    on a GPU): one fused kernel that never writes the (B, T, S, d) tensor and recomputes the tanh in
+    backward, what makes PALM's copy head cheap on a GPU."""
+    from model import additive_scores
+    if "scores" not in _COMPILED:
+        _COMPILED["scores"] = torch.compile(additive_scores, dynamic=True)
+    return _COMPILED["scores"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoding with static shapes, replayed as a CUDA graph
+
+
+class StaticCache:
+    """model.KVCache (its twin) with preallocated buffers (N, H, capacity, D) per layer and every
+    shape fixed, which a CUDA graph needs.
+
+    model.KVCache concatenates, which copies the whole cache in every layer at every step (on an
+    H100 that was 3/4 of the decoding time at base size). Here the new keys, values and positions
+    are written at the fill index, a DEVICE tensor that commit() advances in place, and every layer
+    attends to the WHOLE buffer: the step's mask hides the slots not written yet. `n` is the same
+    count on the host, for the bookkeeping outside the step (len, beam reorders). A beam reorder
+    that keeps every row with its source (`same_sources`) moves only the target part: the beams of
+    one source share the source's keys and values.
+    """
+
+    def __init__(self, n_layer, capacity, n_src, device):
+        self.k = [None] * n_layer            # each (N, H, capacity, D)
+        self.v = [None] * n_layer
+        self.pos = None                      # (N, capacity) position id of every slot
+        self.capacity = capacity
+        self.n_src = n_src
+        self.n = 0
+        self.fill = torch.zeros((), dtype=torch.long, device=device)
+        self.slots = None
+
+    def __len__(self):
+        return self.n
+
+    def key_positions(self, position_ids):
+        """Write the new tokens' positions (N, L) at their slots -> every slot's position
+        (N, capacity). encode calls this once, before the layers."""
+        if self.pos is None:
+            self.pos = position_ids.new_zeros(position_ids.size(0), self.capacity)
+        # this forward's slots: fill, fill + 1, ...
+        self.slots = self.fill + torch.arange(position_ids.size(1), device=position_ids.device)
+        self.pos.index_copy_(1, self.slots, position_ids)
+        return self.pos
+
+    def layer(self, i, k_new, v_new):
+        if self.k[i] is None:
+            shape = (*k_new.shape[:2], self.capacity, k_new.size(3))
+            self.k[i] = k_new.new_zeros(shape)
+            self.v[i] = k_new.new_zeros(shape)
+        # written in place, uncommitted until commit()
+        self.k[i].index_copy_(2, self.slots, k_new)
+        self.v[i].index_copy_(2, self.slots, v_new)
+        return self.k[i], self.v[i]                                # (N, H, capacity, D)
+
+    def commit(self, n):
+        # keys, values and positions are already in place; a dropped query's slot is overwritten
+        # by the next step
+        self.n += n
+        self.fill += n
+
+    def reorder(self, index, same_sources=False):
+        """Beam search: keep batch rows `index` (N',)."""
+        if same_sources:
+            # only the target part differs between the beams of one source
+            for buf in self.k + self.v:
+                buf[:, :, self.n_src:self.n] = buf[:, :, self.n_src:self.n].index_select(0, index)
+            return
+        self.k = [b.index_select(0, index) for b in self.k]
+        self.v = [b.index_select(0, index) for b in self.v]
+        self.pos = self.pos.index_select(0, index)
+
+
+class GraphedStep:
+    """fn(*inputs) -> tensor, recorded once as a CUDA graph and replayed: one launch for a whole
+    decoding step instead of one per kernel (at base size several hundred kernels, whose launches
+    cost the CPU milliseconds for well under a millisecond of GPU work). Twin: fn run eagerly
+    (tests/test_fast.py stands an eager fn in for the graph; bench/check_cuda.py replays it).
+
+    torch.cuda.graph's documented pattern: fn runs once on a side stream first (cuBLAS handles,
+    autotuning, torch.compile happen outside the capture), then it is captured on static copies of
+    the inputs. A call copies its inputs into them, replays, and returns a copy of the static
+    output; fn's writes into the cache replay too. The graph holds the addresses of every tensor fn
+    reads or writes: it is valid only while none of them is reallocated (StaticStep.reorder).
+    """
+
+    def __init__(self, fn, *inputs):
+        with torch.cuda.device(inputs[0].device):
+            self.inputs = [x.clone() for x in inputs]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn(*self.inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=side):
+                self.output = fn(*self.inputs)
+
+    def __call__(self, *inputs):
+        for static, x in zip(self.inputs, inputs):
+            static.copy_(x)
+        self.graph.replay()
+        return self.output.clone()
+
+
+def slot_mask(q_kind, q_step, q_slot, k_kind, k_step):
+    """masks.may_attend between queries (N, n) at cache slots q_slot (n,) and every slot of the
+    cache (N, capacity) -> (N, n, capacity). A padding query sees its own slot (as mask_mod)."""
+    j = torch.arange(k_kind.size(1), device=k_kind.device)
+    same = (q_slot[:, None] == j)[None]                                 # (1, n, capacity)
+    allowed = may_attend(q_kind[..., None], q_step[..., None],          # queries (N, n, 1)
+                         k_kind[:, None], k_step[:, None], same)        # keys (N, 1, capacity)
+    return allowed | ((q_kind == PAD)[..., None] & same)
+
+
+class StaticStep:
+    """generate.Decoder's cached step with every shape fixed, replayed as a CUDA graph where
+    `graphed`. Twin: Decoder.logprobs on model.KVCache (tests/test_fast.py: the same tokens and
+    scores for all four objectives, greedy and beam; bench/check_cuda.py with the graph on a GPU).
+
+    The cache is a StaticCache of capacity S + max_len + 1 (source, target, query). A step's new
+    columns ([y_{t-1}, query] or [y_{t-1}]) are described by kind and step per cache slot, the same
+    description generate.Decoder gives the readable path, and masks.may_attend makes their mask;
+    nothing the step runs reads a Python number that changes from step to step. Embedding runs
+    outside the graph; beam reorders and the search stay outside too.
+    """
+
+    def __init__(self, dec, max_len, graphed):
+        self.capacity = dec.S + max_len + 1
+        self.cache = StaticCache(dec.model.config.n_layer, self.capacity, dec.S,
+                                 dec.src_ids.device)
+        self.graphed = graphed
+        self.graph = None                      # the GraphedStep, captured at the first graphed step
+
+    def slot_kinds(self, dec, last):
+        """kind and step (N, capacity) of every cache slot while slot `last` (a device scalar) is
+        the newest column: the source's, the target's written so far, the query at `last`."""
+        j = torch.arange(self.capacity, device=dec.src_ids.device)
+        kind = torch.where(j < dec.src_len[:, None], CTX, PAD)         # (N, capacity)
+        target = (j >= dec.S) & (j <= last)
+        kind = torch.where(target, ORIG, kind)
+        if dec.query is not None:
+            kind = torch.where(target & (j == last), PSEUDO, kind)
+        # target slot S + i holds the token of step i + 1 (generate.Decoder._layout)
+        step = (j - dec.S + 1).clamp(min=0).expand_as(kind)
+        return kind, step
+
+    def encode_source(self, dec):
+        """The source's pass, into the cache -> its final-layer states (N, S, d)."""
+        ids, pos, seg, _ = dec._inputs(0, with_target=False)
+        last = torch.tensor(dec.S - 1, device=ids.device)
+        kind, step = self.slot_kinds(dec, last)
+        cols = torch.arange(dec.S, device=ids.device)
+        mask = slot_mask(kind[:, :dec.S], step[:, :dec.S], cols, kind, step)
+        h = dec.model(ids, pos, seg, mask, cache=self.cache)
+        self.cache.commit(dec.S)
+        return h
+
+    def logprobs(self, dec):
+        """Decoder.logprobs with static shapes: the new columns' inputs are built from the cache's
+        fill index, src_len and the last tokens, not from the whole sequence; step() runs them,
+        replayed as a CUDA graph from the second step on where self.graphed."""
+        # the target columns not in the cache yet: [y_{t-1}, query] ([query] alone at t = 0), or
+        # [y_{t-1}] ([SOS] at t = 0)
+        ids = dec._target_part()[:, len(self.cache) - dec.S:]                 # (N, n_new)
+        cols = self.cache.fill + torch.arange(ids.size(1), device=ids.device)  # (n_new,) slots
+        # a target token of step r (slot S + r - 1) sits at position S_b + r - 1
+        pos = dec.src_len[:, None] + (cols - dec.S)                            # (N, n_new)
+        # embedded outside the graph (as measured; embed's position check, which reads the GPU
+        # and so cannot be captured, runs on CPU tensors only)
+        x = dec.model.embed(ids, pos, torch.full_like(ids, dec.seg_tgt))
+        step = lambda x, pos, cols: self.step(dec, x, pos, cols)
+        # t = 0 runs eagerly: with a query token it has one column fewer than the later steps
+        if self.graphed and dec.tgt.size(1) > 0:
+            if self.graph is None:
+                self.graph = GraphedStep(step, x, pos, cols)
+            logp = self.graph(x, pos, cols)
+        else:
+            logp = step(x, pos, cols)
+        # y_{t-1} joins the cache; the query token is dropped
+        self.cache.commit(ids.size(1) - (dec.query is not None))
+        return logp
+
+    def step(self, dec, x, pos, cols):
+        """The blocks over the embedded new columns x (N, n_new, d) at positions pos (N, n_new) and
+        cache slots cols (n_new,), attending to the whole cache, then decode_logprobs -> (N, V).
+        Every shape is the same at every step (GraphedStep records this)."""
+        kind, step = self.slot_kinds(dec, cols[-1])
+        mask = slot_mask(kind[:, cols], step[:, cols], cols, kind, step)     # (N, n_new, capacity)
+        h = dec.model.encode(x, pos, mask, self.cache)                         # (N, n_new, d)
+        return dec.objective.decode_logprobs(dec.model, h[:, -1], dec.source)
+
+    def reorder(self, index, same_sources):
+        self.cache.reorder(index, same_sources)
+        if not same_sources and self.graph is not None:
+            # Sources finished: the cache was reallocated under the graph, so the graph goes and
+            # the step runs eagerly (the same numbers) from here on. Rows only ever leave, so a
+            # graph is never replayed once its rows change, and a new graph per set of rows costs a
+            # warm-up step plus a capture at every change: a loss when sources finish a step or two
+            # apart. Eagerly, a batch costs at most one capture (min_len = max_len keeps every row).
+            self.graph = None
+            self.graphed = False

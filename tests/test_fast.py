@@ -1,0 +1,192 @@
+"""The GPU speed layer (fast.py) equals the readable code it stands in for, wherever a piece can run on a CPU:
+BucketBias against RelativePositionBias.lookup (values, gradients, float64 gradcheck), the speed_up switch, and the
+static-shape decoding step (fast.StaticStep, what a CUDA graph replays) against the readable KV cache and against
+recomputation: the same tokens and scores for all four objectives, greedy and beam, while rows leave the batch.
+FlexAttention is held to the naive path in tests/test_attention_paths.py (forward: it has no backward on a CPU);
+compiled blocks, the compiled copy scores and real CUDA graphs only in bench/check_cuda.py on a GPU."""
+import pytest
+import torch
+
+import fast
+import generate as G
+import model as M
+from objectives import get_objective
+from tests.helpers import tiny_model
+from tests.test_generate import EOS, NAMES, TOK, make_model, sources
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is ~10x faster than two on a loaded 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# --- the relative bias ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("L", [12, 70])          # 70 rows: chunks of 2 query rows in the backward
+def test_bucket_bias_equals_plain_lookup(L):
+    """The GPU's lookup (fast.BucketBias: one-hot products in the backward) gives the plain index_select's bias and
+    table gradient; run here on a CPU, in float64, with reused positions as UniLMv2 has them."""
+    torch.manual_seed(0)
+    rel = M.RelativePositionBias(32, 128, 3, 512).double()
+    pos = torch.cat([torch.arange(L - 4), torch.tensor([1, 2, 2, 5])]).expand(2, L)
+    plain = rel(pos, pos)                                           # the readable path: index_select
+    g = torch.randn_like(plain)
+    plain.backward(g)
+    want = rel.table.weight.grad.clone()
+    rel.table.weight.grad = None
+    buckets = rel.buckets(pos, pos)
+    bucketed = fast.BucketBias.apply(rel.table.weight, buckets, torch.float64)
+    bucketed.backward(g)
+    assert bucketed.is_contiguous()
+    torch.testing.assert_close(bucketed, plain, rtol=0, atol=0)
+    torch.testing.assert_close(rel.table.weight.grad, want, rtol=1e-12, atol=1e-12)
+    if L < 20:                                   # gradcheck: one backward per output number
+        assert torch.autograd.gradcheck(lambda t: fast.BucketBias.apply(t, buckets, torch.float64),
+                                        (rel.table.weight.detach().clone().requires_grad_(),))
+
+
+def test_speed_up_keeps_the_readable_path_on_a_cpu():
+    """fast.speed_up without compile changes nothing on a CPU: the readable bias and copy scores stay."""
+    model = tiny_model(40, rel_pos_buckets=32, copy_head=True)
+    assert fast.speed_up(model, compile=False) is model
+    assert model.rel_bias.fast_lookup is None and model.copy_head.fast_scores is None
+
+
+def test_model_with_bucket_bias_equals_readable_model():
+    """The switch model.py reads (RelativePositionBias.fast_lookup, set by speed_up on a GPU), forced here on a CPU:
+    the whole model's output and every gradient equal the readable lookup's (float64)."""
+    torch.manual_seed(0)
+    model = tiny_model(40, rel_pos_buckets=32).double()
+    B, L = 2, 16
+    ids = torch.randint(0, 40, (B, L))
+    pos = torch.cat([torch.arange(12), torch.tensor([3, 4, 4, 9])]).expand(B, L)
+    seg = torch.zeros_like(ids)
+    mask = torch.rand(B, L, L, generator=torch.Generator().manual_seed(1)) < 0.6
+    outs, grads = [], []
+    for lookup in (None, fast.BucketBias.apply):
+        model.rel_bias.fast_lookup = lookup
+        model.zero_grad()
+        h = model(ids, pos, seg, mask)
+        h.pow(2).sum().backward()
+        outs.append(h)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-12)
+
+
+# --- static shapes (the step a CUDA graph replays) == the readable cache == recomputation ---------------------------
+
+# an [EOS] logit bias per objective that makes the sources below finish at different steps (rows leave the batch)
+EOS_BIAS = dict(unilm=3.0, pmlm=1.5, ernie_gen=1.5, palm=3.5)
+
+
+def finishing(name):
+    """(model, objective, sources) whose sources finish at different steps, greedy and beam 3, max_len 10."""
+    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
+    with torch.no_grad():
+        model.lm_bias[EOS] += EOS_BIAS[name]
+    return model, obj, sources((0, 3, 9, 14, 5, 11), seed=4)
+
+
+def assert_same_hypotheses(a, b):
+    assert [[ids for ids, _ in h] for h in a] == [[ids for ids, _ in h] for h in b]
+    for ha, hb in zip(a, b):
+        assert [s for _, s in ha] == pytest.approx([s for _, s in hb], abs=1e-5)
+
+
+class StaticDecoder(G.Decoder):
+    """generate.Decoder running the fast layer's static step eagerly: what cuda_graph=None runs on CUDA, without the
+    graph (no CUDA graph runs on a CPU)."""
+
+    def __init__(self, model, objective, sources, max_len, use_cache=True, cuda_graph=None):
+        super().__init__(model, objective, sources, max_len, use_cache=False)
+        self.use_fast_step(max_len, graphed=False)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("name", NAMES)
+def test_static_step_equals_readable_cache_and_no_cache(name, beam, monkeypatch):
+    """fast.StaticStep decodes exactly as the readable KV cache and as recomputation, while rows leave the batch at
+    different steps."""
+    model, obj, srcs = finishing(name)
+    kw = dict(beam_size=beam, n_best=beam, max_len=10, batch_size=len(srcs))
+    readable = G.generate(model, obj, srcs, **kw)
+    full = G.generate(model, obj, srcs, use_cache=False, **kw)
+    rows = []                                                          # the rows of every static step
+    logprobs = StaticDecoder.logprobs
+    monkeypatch.setattr(StaticDecoder, "logprobs", lambda self: rows.append(len(self.tgt)) or logprobs(self))
+    monkeypatch.setattr(G, "Decoder", StaticDecoder)
+    static = G.generate(model, obj, srcs, **kw)
+    assert len(set(rows)) >= 3                                         # rows left at two different steps at least
+    assert_same_hypotheses(static, readable)
+    assert_same_hypotheses(static, full)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_teacher_forced_scores_static_equals_readable_cache(name, monkeypatch):
+    """score_targets: the static step's per-step log-probs are the readable cache's (and so recomputation's:
+    tests/test_generate.py)."""
+    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
+    srcs, tgts = sources(), sources((5, 1, 7, 3), seed=1)
+    readable = G.score_targets(model, obj, srcs, tgts)
+    monkeypatch.setattr(G, "Decoder", StaticDecoder)
+    static = G.score_targets(model, obj, srcs, tgts)
+    for a, b in zip(static, readable):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+class EagerGraph:
+    """Stands in for fast.GraphedStep on a CPU: the same static input buffers and output copy, fn run where the graph
+    would replay. Every call must bring the shapes it was captured with (what a real graph needs)."""
+    captures = []
+
+    def __init__(self, fn, *inputs):
+        self.fn, self.inputs = fn, [x.clone() for x in inputs]
+        EagerGraph.captures.append(self)
+
+    def __call__(self, *inputs):
+        assert [x.shape for x in inputs] == [x.shape for x in self.inputs]
+        for static, x in zip(self.inputs, inputs):
+            static.copy_(x)
+        return self.fn(*self.inputs).clone()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_graph_bookkeeping(name, monkeypatch):
+    """The static step's CUDA graph logic with EagerGraph in place of the graph: captured once at the second step,
+    replayed with static shapes while the rows stay, then dropped for the eager step when sources finish; the same
+    hypotheses as the readable decoder throughout. Every mask the static step gives the model is
+    (N, n_new, capacity) with no dead row (encode's eye padding never applies)."""
+    model, obj, srcs = finishing(name)
+    monkeypatch.setattr(fast, "GraphedStep", EagerGraph)
+    masks = []
+    encode = model.encode
+
+    def spy(x, pos, mask, cache=None):
+        assert mask.any(-1).all()
+        masks.append(mask.shape)
+        return encode(x, pos, mask, cache)
+    for beam, min_len in ((1, 1), (3, 1), (3, 10)):                  # min_len = max_len: no source finishes early
+        rules = G.decoding_rules(TOK, min_len, 3, None, "cpu")
+        readable = G.Decoder(model, obj, srcs, 10)
+        want = G.beam_search(readable, beam, 10, 1.0, rules) if beam > 1 else G.greedy(readable, 10, 1.0, rules)
+        EagerGraph.captures.clear()
+        masks.clear()
+        monkeypatch.setattr(model, "encode", spy)
+        dec = G.Decoder(model, obj, srcs, 10, use_cache=False)
+        dec.use_fast_step(10, graphed=True)                            # what graph_step chooses on CUDA
+        got = G.beam_search(dec, beam, 10, 1.0, rules) if beam > 1 else G.greedy(dec, 10, 1.0, rules)
+        monkeypatch.setattr(model, "encode", encode)
+        assert_same_hypotheses(got, want)
+        assert len(EagerGraph.captures) == 1
+        # sources that finish early drop the graph for the eager step; else it serves to the end
+        step = dec.fast
+        assert step.graph is None and not step.graphed if min_len == 1 else step.graph is EagerGraph.captures[0]
+        assert {m[-1] for m in masks} == {dec.cache.capacity}          # the source pass and every step
+        if min_len == 10:                                              # static shapes from the second step on
+            assert len(set(masks[2:])) == 1 and len(masks) == 11
