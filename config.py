@@ -297,7 +297,10 @@ def start_point(cfg, model_flags, obj_flags, given):
     if ckpt and "preset" in given and cfg.preset != theirs:
         raise UsageError(f"--preset {cfg.preset} with --init_from: the checkpoint fixes the "
                          f"model's shape (it is a {theirs} model); drop --preset")
-    if ckpt and "vocab_size" in given and cfg.vocab_size != len(ckpt["vocab"]):
+    # the checkpoint's vocabulary: its size, or the --vocab_size it was trained with (a small corpus
+    # may give fewer pieces than asked for)
+    its_sizes = (len(ckpt["vocab"]), ckpt.get("train_config", {}).get("vocab_size")) if ckpt else ()
+    if ckpt and "vocab_size" in given and cfg.vocab_size not in its_sizes:
         raise UsageError(f"--vocab_size {cfg.vocab_size} with --init_from: the checkpoint's "
                          f"vocabulary has {len(ckpt['vocab'])} tokens and fine-tuning keeps it; "
                          "drop --vocab_size")

@@ -54,8 +54,8 @@ from tqdm import tqdm
 import data
 import fast
 import model as M
-from config import (TrainConfig, check_compatible, check_settings, help_text, model_settings,
-                    out_dir_of, parse_args, resolve_defaults, start_point)
+from config import (PASSAGE_SPECIALS, TrainConfig, check_compatible, check_settings, help_text,
+                    model_settings, out_dir_of, parse_args, resolve_defaults, start_point)
 from objectives import Objective, fills_example, get_objective, objective_class
 from tokenizer import WordPiece
 from utils import UsageError, atomic_write, exit_with_error, pick_device, save_checkpoint
@@ -117,7 +117,8 @@ def load_data(cfg, obj_opts, tok, show):
     source = cfg.data or None
     if cfg.task == "pretrain":
         tok, splits, info = data.prepare_pretrain(source, cfg.vocab_size, cfg.cache_dir,
-                                                  max_tokens=cfg.seq_len - 3, tokenizer=tok,
+                                                  max_tokens=cfg.seq_len - PASSAGE_SPECIALS,
+                                                  tokenizer=tok,
                                                   progress=show,
                                                   one_per_line=cfg.one_document_per_line)
         cache = info["cache_path"]

@@ -1,34 +1,65 @@
-"""The study no paper ran: the four objectives on one backbone, equal compute, seeds, two tasks, controls.
+"""The study no paper ran: four objectives, one backbone, equal corpus tokens, seeds and controls.
 
-    python bench/study.py --out study/ --gpus 4                 # the study (needs ../shared/data and GPUs)
-    python bench/study.py --out study/ --gpus 4                 # again: finished cells are never recomputed
-    python bench/study.py --tiny --out /tmp/study               # the same code end to end on a CPU, in minutes
+Two tasks, the papers' cheap ablations and the ERNIE-GEN / PALM diagnostics; resumable across machines.
 
-A CELL is one (system, seed): its pre-training (skipped for the controls), then for each task its fine-tuning,
-decoding and scores, each written atomically under OUT/cells/ when done; a rerun reads what exists and computes the
-rest, so the study survives a time limit, a crash or a machine handed back.
-  systems    unilm, pmlm, ernie_gen, palm (each fine-tuned with its own recipe); a no-pre-training control per
-             objective (its fine-tuning recipe from random weights); the papers' ablations that are cheap:
-             ERNIE-GEN without the span flow (lam_pretrain 1) and without noise (rho_p 0), PALM without the copy
-             head, UniLM without its seq2seq LM
-  compute    every system pre-trains on the same number of CORPUS tokens (objective.corpus_tokens: the text it
-             reads, not the [P] / [ATTN] rows it adds), with the same model, vocabulary and data; the table
-             reports each one's wall time and training FLOPs (model.estimate_flops)
-  tasks      Gigaword 10k (train on the 10k pairs, score ROUGE-1/2/L F1 on the 1,000 validation pairs) and SQuAD
-             question generation (the dev part of the Du et al. split; the last 10% of its lines, whole
-             paragraphs, held out for scoring; BLEU-4 13a and ROUGE-L). Both are lowercased and tokenized
-             ("saints ?", "-lrb-"): ROUGE tokenizes on non-alphanumerics and BLEU with 13a, so our detokenized
-             text and the references' tokenization score alike.
-  decoding   beam 5, length penalty 0.6 (Gigaword) / 1.0 (SQuAD), trigram blocking, at most 32 tokens
-The table (printed last, and OUT/study.json, OUT/study.png) gives per system and task the mean and standard
-deviation over the seeds and the 95% bootstrap interval of the first seed's run.
---tiny: the tiny preset, the embedded corpus and the embedded docsum task for both task slots, two objectives and
-a control, one seed, a few steps: what CI runs.
+    python bench/study.py --gpus 4 --per_gpu 4 --time_limit_min 8 --cells_out $OUT/cells.jsonl \\
+        --data_dir out/data                        # run what is missing, stop cleanly at the limit
+    python bench/study.py import cells.jsonl       # split new cells into bench/study/cells/*.json
+    python bench/study.py report                   # bench/study/README.md from the committed cells
+    python bench/study.py --tiny --per_gpu 2 --out /tmp/study   # the same code on a CPU (what CI runs)
+
+A CELL is one (system, task, seed): fine-tuning, decoding, scores, teacher-forced accuracy and three
+sample outputs, as one small JSON (bench/study/cells/<system>__<task>__seed<k>.json once committed).
+A run reads the cells already done from --cells (the committed folder), OUT/cells and --cells_out,
+and runs only the others; so a study cut by a time limit continues in the next session and loses at
+most the cells in flight. The scheduler runs JOBS, --per_gpu processes on each of --gpus GPUs (the small model
+leaves an H100 mostly idle, so several share one): a PRE-TRAINING job per (system, seed), shared by
+its tasks and by the fine-tuning-only diagnostics, and a FINE-TUNING job per cell once its
+pre-training is done. Pre-training checkpoints stay under --out/work: on the same machine (an
+ignored folder survives between calls) a pre-training stopped at the limit resumes where it stopped
+(train.py --resume); on a fresh machine it starts again.
+  systems    the four objectives, each fine-tuned with its own recipe; a no-pre-training control per
+             objective (its fine-tuning recipe from random weights); the papers' cheap ablations
+             (3 seeds); the diagnostics of ERNIE-GEN's and PALM's results (1 seed). SYSTEMS below.
+  compute    every system pre-trains on the same number of CORPUS tokens (objective.corpus_tokens:
+             the text it reads, not the [P] / [ATTN] rows it adds), with the same model, vocabulary,
+             data, batch and learning rate; each cell records its wall time and FLOPs
+             (model.estimate_flops) of pre-training and fine-tuning
+  tasks      Gigaword 10k (train on the 10k pairs, ROUGE-1/2/L F1 on the 1,000 validation pairs) and
+             SQuAD question generation (the dev part of the Du et al. split; the last 10% of its
+             lines, whole paragraphs, held out; BLEU-4 13a and ROUGE-L). Both are lowercased and
+             tokenized, so our detokenized text and the references score alike.
+  decoding   beam 5, length penalty 0.6 (Gigaword) / 1.0 (SQuAD), trigram blocking, <= 32 tokens
+  teacher-forced accuracy   on the held-out pairs, through the decoding loop itself (generate.Decoder:
+             the same query tokens and layout as decoding), the clean reference as prefix: how
+             often the model's top token is the reference's next one
+
+The budget (issue 22: every system x 3 seeds in <= 25 minutes of a 4-GPU machine), an ESTIMATE from
+the issue's measurements (one H100, one process, batch 64: a pre-trained cell 8-9 min = pre-training
+~5.5 + two fine-tunings ~1.5 each; a control ~3 min), not a measurement:
+  jobs       28 pre-trainings (9 systems x 3 seeds + lambda 0.8) and 94 fine-tunings (14 systems x 2
+             tasks x 3 seeds + 5 diagnostics x 2 tasks): 28 x 5.5 + 94 x 1.5 = 295 process-minutes,
+             74 minutes on 4 GPUs with one process each: 3x too slow
+  batch      pre-training batch 128 instead of 64 (half the steps for the same corpus tokens; lr 7e-4
+             by the square-root rule): a launch-bound step costs about the same at twice the batch,
+             so if a step gets ~1.3x slower the pre-training part drops 154 -> ~100 (total ~240)
+  K          the GPU is mostly idle (27 steps/s, 440k tokens/s: ~5% of an H100's bf16 peak); K = 4
+             processes per GPU take turns on it (no MPS: their kernels fill each other's gaps), and
+             the 64 cores of a 4-GPU machine feed 16 processes and their batch workers (~1.5 cores
+             each at full speed); if they get ~3x of one process's throughput per GPU: 240 / 4 / 3
+             ~ 20 minutes, plus ~1 minute of shared caches on the first call
+The first call measures it: the scheduler prints each job's minutes and, at the end, how many jobs ran
+at once on average; --per_gpu, --pre_batch, --compile and --workers are the knobs.
+--tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
+a few steps: what CI runs.
 """
 import argparse
 import json
+import math
 import os
 import random
+import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -38,150 +69,361 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from utils import UsageError, atomic_write, exit_with_error, read_lines  # noqa: E402
+
+PROG = "study.py"
+CELLS = ROOT / "bench" / "study" / "cells"
+PAGE = ROOT / "bench" / "study" / "README.md"
+# ERNIE-GEN's fine-tuning noise rate per task (Table 1: Gigaword 0.5 for the base model, SQuAD QG 0.7)
+ERNIE_FT = {"gigaword": dict(rho_f=0.5), "squad_qg": dict(rho_f=0.7)}
+
+
+def system(objective, control=False, pre=None, ft=None, ft_task=None, pretrained_as=None,
+           ablation_of=None, seeds=None):
+    """One system: its objective, pre-training options (none for a control), fine-tuning options (all
+    tasks, then per task), the system whose pre-training it reuses, what it ablates, its seeds."""
+    return dict(objective=objective, control=control, pre=pre or {}, ft=ft or {},
+                ft_task=ft_task or {}, pretrained_as=pretrained_as, ablation_of=ablation_of,
+                seeds=seeds)
+
+
 SYSTEMS = {
-    "unilm": dict(objective="unilm"), "pmlm": dict(objective="pmlm"), "ernie_gen": dict(objective="ernie_gen"),
-    "palm": dict(objective="palm"),
-    "unilm/no pre-training": dict(objective="unilm", control=True),
-    "pmlm/no pre-training": dict(objective="pmlm", control=True),
-    "ernie_gen/no pre-training": dict(objective="ernie_gen", control=True),
-    "palm/no pre-training": dict(objective="palm", control=True),
-    "ernie_gen/no span flow": dict(objective="ernie_gen", pre=dict(lam_pretrain=1.0)),
-    "ernie_gen/no noise": dict(objective="ernie_gen", pre=dict(rho_p=0.0)),
-    "palm/no copy": dict(objective="palm", pre=dict(copy=False), ft=dict(copy=False)),
-    "unilm/no seq2seq LM": dict(objective="unilm", pre=dict(weight_seq2seq=0.0)),
+    # the four objectives and their controls (3 seeds)
+    "unilm": system("unilm"),
+    "pmlm": system("pmlm"),
+    "ernie_gen": system("ernie_gen", ft_task=ERNIE_FT),
+    "palm": system("palm"),
+    "unilm/no pre-training": system("unilm", control=True),
+    "pmlm/no pre-training": system("pmlm", control=True),
+    "ernie_gen/no pre-training": system("ernie_gen", control=True, ft_task=ERNIE_FT),
+    "palm/no pre-training": system("palm", control=True),
+    # the papers' ablations that are cheap here (3 seeds)
+    "unilm/no seq2seq LM": system("unilm", pre=dict(weight_seq2seq=0.0), ablation_of="unilm"),
+    # UniLMv2 4.6, Table 6 "- PAR" (its row also drops the relative bias; ours keeps it)
+    "pmlm/AE only": system("pmlm", pre=dict(par=False), ablation_of="pmlm"),
+    "ernie_gen/no span flow": system("ernie_gen", pre=dict(lam_pretrain=1.0), ft_task=ERNIE_FT,
+                                     ablation_of="ernie_gen"),                        # ERNIE-GEN Table 7
+    "ernie_gen/no noise": system("ernie_gen", pre=dict(rho_p=0.0), ft=dict(rho_f=0.0),
+                                 ablation_of="ernie_gen"),                            # ERNIE-GEN Table 7
+    "palm/no copy": system("palm", pre=dict(copy=False), ft=dict(copy=False), ablation_of="palm"),
+    "palm/no copy/no pre-training": system("palm", control=True, ft=dict(copy=False),
+                                            ablation_of="palm/no pre-training"),
+    # diagnostics of ERNIE-GEN's gap (1 seed): fine-tuning noise, lambda, the span flow in
+    # fine-tuning; the first three reuse ernie_gen's pre-training
+    "ernie_gen/ft noise 0": system("ernie_gen", ft=dict(rho_f=0.0), pretrained_as="ernie_gen",
+                                   ablation_of="ernie_gen", seeds=(0,)),
+    "ernie_gen/ft noise 0.3": system("ernie_gen", ft=dict(rho_f=0.3), pretrained_as="ernie_gen",
+                                     ablation_of="ernie_gen", seeds=(0,)),
+    "ernie_gen/ft span flow": system("ernie_gen", ft=dict(lam_finetune=0.5), ft_task=ERNIE_FT,
+                                     pretrained_as="ernie_gen", ablation_of="ernie_gen", seeds=(0,)),
+    "ernie_gen/lambda 0.8": system("ernie_gen", pre=dict(lam_pretrain=0.8), ft_task=ERNIE_FT,
+                                   ablation_of="ernie_gen", seeds=(0,)),
+    "ernie_gen/ft noise 0/no pre-training": system("ernie_gen", control=True,
+                                                   ft=dict(rho_f=0.0), seeds=(0,),
+                                                   ablation_of="ernie_gen/no pre-training"),
 }
+# what pre-training adds: each pre-trained system and the same fine-tuning from random weights
+GAIN_PAIRS = [("unilm", "unilm/no pre-training"), ("pmlm", "pmlm/no pre-training"),
+              ("ernie_gen", "ernie_gen/no pre-training"), ("palm", "palm/no pre-training"),
+              ("palm/no copy", "palm/no copy/no pre-training"),
+              ("ernie_gen/ft noise 0", "ernie_gen/ft noise 0/no pre-training")]
 TINY_SYSTEMS = ("pmlm", "palm", "pmlm/no pre-training")
 TASKS = {
     "gigaword": dict(train="gigaword10k/train.article.txt", score="gigaword10k/valid", lp=0.6,
-                     metrics=("rouge1", "rouge2", "rougeL")),
-    "squad_qg": dict(train="squad_qg/src-dev.txt", score=None, lp=1.0, metrics=("bleu", "rougeL")),
+                     metrics=("rouge1", "rouge2", "rougeL"), main="rougeL"),
+    "squad_qg": dict(train="squad_qg/src-dev.txt", score=None, lp=1.0, metrics=("bleu", "rougeL"),
+                     main="bleu"),
+    "docsum": dict(lp=1.0, metrics=("rouge1", "rouge2", "rougeL"), main="rougeL"),
 }
+NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "bleu": "BLEU-4"}
+# colours per objective (the notebook's pictures)
+COLORS = {"unilm": "tab:blue", "pmlm": "tab:orange", "ernie_gen": "tab:green", "palm": "tab:red"}
 
 
-# --- the settings of a study --------------------------------------------------------------------------------------
+# --- the settings of a study --------------------------------------------------------------------
 
 def settings(args):
-    """Model, budget and data of the study (or of its --tiny run)."""
+    """Model, budget and data of the study (or of its --tiny run); recorded in every cell."""
     if args.tiny:
-        return dict(preset="tiny", vocab=2048, corpus="", corpus_tokens=30_000, seq_len=96, batch=16,
-                    ft_steps=20, ft_batch=16, lr=1e-3, ft_lr=1e-3, tasks={"docsum": None}, n_score=16,
-                    systems=TINY_SYSTEMS)
-    return dict(preset="small", vocab=16384, corpus=str(Path(args.data_dir) / "corpus"), corpus_tokens=40_000_000,
-                seq_len=256, batch=64, ft_steps=1500, ft_batch=64, lr=5e-4, ft_lr=3e-4, tasks=TASKS, n_score=None,
-                systems=tuple(SYSTEMS))
+        return dict(preset="tiny", vocab=2048, corpus_tokens=30_000, seq_len=96, batch=16,
+                    ft_steps=20, ft_batch=16, lr=1e-3, ft_lr=1e-3, tasks=["docsum"], n_score=16)
+    return dict(preset="small", vocab=16384, corpus_tokens=40_000_000, seq_len=256,
+                batch=args.pre_batch, lr=args.pre_lr, ft_steps=1500, ft_batch=64, ft_lr=3e-4,
+                tasks=["gigaword", "squad_qg"], n_score=None)
+
+
+def corpus_path(cfg, args):
+    return None if cfg["preset"] == "tiny" else str(Path(args.data_dir) / "corpus")
+
+
+def systems_of(args):
+    """The systems of this run: --only's (any subset, in SYSTEMS order) or all."""
+    pool = TINY_SYSTEMS if args.tiny else tuple(SYSTEMS)
+    if not args.only:
+        return list(pool)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in SYSTEMS]
+    if unknown:
+        raise UsageError(f"--only: unknown system(s) {unknown}; known: {', '.join(SYSTEMS)}")
+    return [s for s in SYSTEMS if s in wanted]
+
+
+def wanted_cells(names, tasks, seeds=3):
+    """(system, task, seed) of every cell these systems should have."""
+    return [(n, t, k) for n in names for k in range(seeds)
+            if SYSTEMS[n]["seeds"] is None or k in SYSTEMS[n]["seeds"] for t in tasks]
+
+
+def slug(name):
+    """A system's name as a file name: 'ernie_gen/no span flow' -> 'ernie_gen-no-span-flow'."""
+    return re.sub(r"[^a-z0-9_]+", "-", name.lower()).strip("-")
+
+
+def cell_stem(name, task, seed):
+    return f"{slug(name)}__{task}__seed{seed}"
 
 
 def squad_split(data_dir, out):
-    """SQuAD QG's dev part as train/test files: the last 10% of the lines held out (consecutive lines are
-    questions on one paragraph, so the held-out block is whole paragraphs but its first)."""
+    """SQuAD QG's dev part as train/test files: the last 10% of the lines held out (consecutive lines
+    are questions on one paragraph, so the held-out block is whole paragraphs but its first)."""
     folder = Path(out) / "squad_qg"
-    if not (folder / "train.src").exists():
-        from utils import atomic_write, read_lines
+    if not (folder / "test.tgt").exists():
         src = read_lines(Path(data_dir) / "squad_qg" / "src-dev.txt")
         tgt = read_lines(Path(data_dir) / "squad_qg" / "tgt-dev.txt")
         cut = int(0.9 * len(src))
-        while cut < len(src) and src[cut] == src[cut - 1]:      # do not split a paragraph's questions
+        # do not split a paragraph's questions
+        while cut < len(src) and src[cut] == src[cut - 1]:
             cut += 1
-        for name, rows in (("train.src", src[:cut]), ("train.tgt", tgt[:cut]), ("test.src", src[cut:]),
-                           ("test.tgt", tgt[cut:])):
+        for name, rows in (("train.src", src[:cut]), ("train.tgt", tgt[:cut]),
+                           ("test.src", src[cut:]), ("test.tgt", tgt[cut:])):
             atomic_write(folder / name, "".join(r + "\n" for r in rows))
     return folder
 
 
-# --- one cell ----------------------------------------------------------------------------------------------------
+# --- the cells: committed JSON files, or one json-lines file from a GPU machine ---------------------
 
-def train_flags(cfg, objective, out, cache, extra):
+def read_cells(path):
+    """{stem: cell} from a folder of <stem>.json, a .jsonl file, or nothing (a path not there)."""
+    path = Path(path)
+    if path.is_dir():
+        return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
+    if path.is_file():
+        cells = {}
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    cell = json.loads(line)
+                    cells[cell_stem(cell["system"], cell["task"], cell["seed"])] = cell
+                except (ValueError, KeyError) as e:
+                    raise UsageError(f"{path}:{n}: not a cell ({e})") from None
+        return cells
+    return {}
+
+
+def write_cell(store, cell):
+    """Add a finished cell to a store: <store>/<stem>.json, or a line of <store> if it ends .jsonl."""
+    store = Path(store)
+    if store.suffix == ".jsonl":
+        store.parent.mkdir(parents=True, exist_ok=True)
+        with open(store, "a", encoding="utf-8") as f:
+            f.write(json.dumps(cell) + "\n")
+    else:
+        atomic_write(store / f"{cell_stem(cell['system'], cell['task'], cell['seed'])}.json",
+                     json.dumps(cell, indent=1) + "\n")
+
+
+def done_cells(stores, cfg):
+    """The finished cells of these stores that were run with these settings."""
+    cells = {}
+    for store in stores:
+        if store:
+            cells.update(read_cells(store))
+    other = [k for k, c in cells.items() if c.get("settings") != settings_key(cfg)]
+    if other:
+        print(f"{len(other)} cell(s) ran with other settings: ignored (e.g. {other[0]})")
+    return {k: c for k, c in cells.items() if k not in other}
+
+
+def settings_key(cfg):
+    return {k: v for k, v in cfg.items() if k not in ("tasks", "n_score")}
+
+
+# --- a pre-training job -------------------------------------------------------------------------
+
+def train_flags(cfg, objective, out, cache, options, args):
     flags = ["--objective", objective, "--preset", cfg["preset"], "--vocab_size", str(cfg["vocab"]),
-             "--cache_dir", cache, "--out_dir", out, "--progress", "false", "--overwrite", "true",
-             "--eval_interval", "1000000", "--eval_batches", "1", "--log_interval", "50"]
-    for key, value in extra.items():
-        flags += [f"--{key}", str(value).lower()]
+             "--cache_dir", cache, "--out_dir", str(out), "--progress", "false",
+             "--overwrite", "true", "--eval_interval", "1000000", "--eval_batches", "1",
+             "--log_interval", "50", "--compile", args.compile]
+    if args.workers >= 0:
+        flags += ["--workers", str(args.workers)]
+    for key, value in options.items():
+        flags += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
     return flags
 
 
-def pretrain_steps(cfg, objective, options, cache, seed):
-    """-> (steps that read cfg["corpus_tokens"] corpus tokens with this objective, training FLOPs per step),
-    both measured on real batches: the same reading for every objective, whatever each adds to it."""
+def pre_dir(args, name, seed):
+    return Path(args.out) / "work" / f"{slug(name)}-s{seed}" / "pre"
+
+
+def pretrain_steps(cfg, objective, options, cache, seed, corpus):
+    """-> (steps that read cfg["corpus_tokens"] corpus tokens with this objective, training FLOPs per
+    step), both measured on real batches: the same reading for every objective."""
     import data
-    import model as M
-    from objectives import get_objective
-    tok, splits, _ = data.prepare_pretrain(cfg["corpus"] or None, cfg["vocab"], cache,
+    tok, splits, _ = data.prepare_pretrain(corpus, cfg["vocab"], cache,
                                            max_tokens=cfg["seq_len"] - 3, progress=False)
-    shape = M.PRESETS[cfg["preset"]]
-    obj = get_objective(objective, tok, max_len=shape["max_position"], **options)
-    obj.set_step(10 ** 9, 10 ** 9)
-    model = M.Transformer(M.ModelConfig(**{**shape, **obj.model_defaults, "vocab_size": len(tok)}))
+    obj, model = objective_and_model(cfg, objective, tok, "pretrain", options)
     rng = random.Random(seed)
     batches = [obj.make_batch(rng.sample(splits["train"], cfg["batch"]), rng) for _ in range(5)]
-    corpus = statistics.mean(obj.corpus_tokens(b) for b in batches)
-    flops = statistics.mean(b.n_tokens * model.estimate_flops(b.input_ids.size(1),
-                                                              int((b.labels != -100).sum()) / b.n_tokens)
-                            for b in batches)
-    return max(1, round(cfg["corpus_tokens"] / corpus)), flops
+    corpus_tokens = statistics.mean(obj.corpus_tokens(b) for b in batches)
+    return max(1, round(cfg["corpus_tokens"] / corpus_tokens)), flops_per_step(model, batches)
 
 
-def run_cell(system, seed, cfg, args):
-    """Pre-train (unless a control), then fine-tune, decode and score on every task -> the cell's record."""
+def objective_and_model(cfg, objective, tok, task, options):
+    import model as M
+    from objectives import get_objective
+    shape = M.PRESETS[cfg["preset"]]
+    obj = get_objective(objective, tok, task=task, max_len=shape["max_position"], **options)
+    obj.set_step(10 ** 9, 10 ** 9)
+    config = M.ModelConfig(**{**shape, **obj.model_defaults, "vocab_size": len(tok)})
+    return obj, M.Transformer(config)
+
+
+def flops_per_step(model, batches):
+    """Mean training FLOPs of these batches (model.estimate_flops per token, at their length)."""
+    per_batch = []
+    for b in batches:
+        predicted = int((b.labels != -100).sum()) / b.n_tokens
+        per_batch.append(b.n_tokens * model.estimate_flops(b.input_ids.size(1), predicted))
+    return statistics.mean(per_batch)
+
+
+def run_pretraining(name, seed, cfg, args):
+    """Pre-train a system once per seed (resuming a run stopped by the time limit); its record goes to
+    pre/done.json, which the fine-tuning jobs read."""
     import train
-    spec = SYSTEMS[system]
-    objective = spec["objective"]
-    work = Path(args.out) / "work" / f"{system.replace('/', '_').replace(' ', '-')}-s{seed}"
-    cache = str(Path(args.out) / "cache")
-    record = dict(system=system, seed=seed, tasks={})
-    start = None
-    if not spec.get("control"):
-        steps, flops_per_step = pretrain_steps(cfg, objective, spec.get("pre", {}), cache, seed)
-        t0 = time.time()
-        flags = train_flags(cfg, objective, str(work / "pre"), cache, spec.get("pre", {}))
-        train.main(flags + ["--max_steps", str(steps), "--seq_len", str(cfg["seq_len"]), "--batch_size",
-                            str(cfg["batch"]), "--lr", str(cfg["lr"]), "--seed", str(seed)]
-                   + (["--data", cfg["corpus"]] if cfg["corpus"] else []))
-        record["pretrain"] = dict(steps=steps, seconds=time.time() - t0, flops=steps * flops_per_step)
-        start = str(work / "pre" / "ckpt.pt")
-    for task in cfg["tasks"]:
-        record["tasks"][task] = finetune_and_score(objective, spec, task, start, work, cache, cfg, seed, args)
-    return record
+    spec = SYSTEMS[name]
+    folder = pre_dir(args, name, seed)
+    if (folder / "done.json").exists():
+        return
+    cache = args.cache_dir
+    corpus = corpus_path(cfg, args)
+    options = dict(spec["pre"])
+    if spec["objective"] == "ernie_gen":
+        # the span flow's spans, as train.py will cut them
+        options["span_vocab"] = prepare(cfg, args, ernie=True)
+    steps, flops = pretrain_steps(cfg, spec["objective"], options, cache, seed, corpus)
+    # the seconds of earlier, interrupted parts of this pre-training
+    partial = folder / "partial.json"
+    seconds = json.loads(partial.read_text())["seconds"] if partial.exists() else 0.0
+    if (folder / "ckpt.pt").exists():
+        flags = ["--resume", "--out_dir", str(folder), "--progress", "false", "--cache_dir", cache,
+                 "--compile", args.compile]
+    else:
+        flags = train_flags(cfg, spec["objective"], folder, cache, spec["pre"], args)
+        flags += ["--max_steps", str(steps), "--seq_len", str(cfg["seq_len"]), "--batch_size",
+                  str(cfg["batch"]), "--lr", str(cfg["lr"]), "--seed", str(seed)]
+        flags += ["--data", corpus] if corpus else []
+    t0 = time.time()
+    try:
+        train.main(flags)
+    finally:
+        # stopped or not, the time spent counts
+        atomic_write(partial, json.dumps({"seconds": seconds + time.time() - t0}))
+    seconds += time.time() - t0
+    atomic_write(folder / "done.json", json.dumps(dict(steps=steps, seconds=seconds,
+                                                       flops=steps * flops)))
 
 
-def finetune_and_score(objective, spec, task, start, work, cache, cfg, seed, args):
+# --- a fine-tuning job: one cell ------------------------------------------------------------------
+
+def run_cell(name, task, seed, cfg, args):
+    """Fine-tune (from the pre-training, or from random weights for a control), decode, score ->
+    the cell, written to --out/staged/ for the scheduler to collect."""
     import train
-    out = work / f"ft-{task}"
-    if task == "docsum":
-        data_flag = []
-    elif task == "gigaword":
-        data_flag = ["--data", str(Path(args.data_dir) / TASKS[task]["train"])]
+    spec = SYSTEMS[name]
+    cache = args.cache_dir
+    out = Path(args.out) / "work" / f"{slug(name)}-s{seed}" / f"ft-{task}"
+    options = {**spec["ft"], **spec["ft_task"].get(task, {})}
+    if options.get("lam_finetune", 1.0) < 1:
+        # the span flow in fine-tuning cuts spans with the corpus's span vocabulary (3.3)
+        options["span_vocab"] = prepare(cfg, args, ernie=True)
+    flags = train_flags(cfg, spec["objective"], out, cache, options, args)
+    flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size",
+              str(cfg["ft_batch"]), "--lr", str(cfg["ft_lr"]), "--seed", str(seed)]
+    flags += ["--data", train_file(task, args)] if task != "docsum" else []
+    pre = None
+    if not spec["control"]:
+        folder = pre_dir(args, spec["pretrained_as"] or name, seed)
+        pre = json.loads((folder / "done.json").read_text())
+        flags += ["--init_from", str(folder / "ckpt.pt")]
     else:
-        data_flag = ["--data", str(squad_split(args.data_dir, args.out) / "train.src")]
-    flags = train_flags(cfg, objective, str(out), cache, spec.get("ft", {}))
-    flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size", str(cfg["ft_batch"]),
-              "--lr", str(cfg["ft_lr"]), "--seed", str(seed)] + data_flag
-    if start:
-        flags += ["--init_from", start]
-    else:
-        flags += ["--vocab", vocab_file(cfg, cache)]
+        flags += ["--vocab", vocab_file(cfg, cache, args)]
     t0 = time.time()
     train.main(flags)
-    seconds = time.time() - t0
-    sources, refs = score_split(task, args, cfg)
-    return dict(seconds=seconds, **score(out / "ckpt.pt", task, sources, refs))
+    ft_seconds = time.time() - t0
+    cell = dict(system=name, task=task, seed=seed, objective=spec["objective"],
+                settings=settings_key(cfg), options=dict(pre=spec["pre"], ft=options),
+                pretrained_as=spec["pretrained_as"], pretrain=pre)
+    cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=ft_seconds,
+                            flops=cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, cfg, args))
+    cell.update(score(out / "ckpt.pt", task, cfg, args))
+    atomic_write(Path(args.out) / "staged" / f"{cell_stem(name, task, seed)}.json", json.dumps(cell))
 
 
-def vocab_file(cfg, cache):
-    """The study's vocabulary as a file (a control starts from random weights but reads the same pieces)."""
-    import data
+def train_file(task, args):
+    if task == "gigaword":
+        return str(Path(args.data_dir) / TASKS[task]["train"])
+    return str(squad_split(args.data_dir, args.out) / "train.src")
+
+
+def vocab_file(cfg, cache, args):
+    """The study's vocabulary as a file (a control starts from random weights but reads the same
+    pieces)."""
     path = Path(cache) / f"study-vocab-{cfg['vocab']}.txt"
     if not path.exists():
-        tok, _, _ = data.prepare_pretrain(cfg["corpus"] or None, cfg["vocab"], cache, progress=False)
-        tok.save(path)
+        prepare(cfg, args, ernie=False)
     return str(path)
 
 
-def score_split(task, args, cfg):
+def prepare(cfg, args, ernie, progress=False):
+    """The caches every job reads, built once before the jobs start (not by 4 x K processes at
+    once): the vocabulary and the tokenized corpus, ERNIE-GEN's span vocabulary, SQuAD's split.
+    -> the span vocabulary's path."""
+    import data
+    tok, splits, info = data.prepare_pretrain(corpus_path(cfg, args), cfg["vocab"], args.cache_dir,
+                                              max_tokens=cfg["seq_len"] - 3, progress=progress)
+    tok.save(Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt")
+    # where train.py looks for it (train.load_data)
+    spans = Path(info["cache_path"]) / "span_vocab.json"
+    if ernie:
+        from objectives.ernie_gen import build_span_vocab
+        build_span_vocab(splits["train"], tok, cache_path=spans, progress=progress)
+    if "squad_qg" in cfg["tasks"]:
+        squad_split(args.data_dir, args.out)
+    return str(spans)
+
+
+def finetune_flops(ckpt, task, cfg, args):
+    """Training FLOPs of one fine-tuning step, on 5 batches of the task's training pairs."""
+    import data
+    import generate
+    model, tok, obj = generate.load_checkpoint(str(ckpt))
+    if task == "docsum":
+        pairs = data.default_seq2seq(args.cache_dir)["train"]
+    else:
+        pairs = data.read_seq2seq(train_file(task, args))
+    rng = random.Random(0)
+    encoded = [(tok.encode(s), tok.encode(t)) for s, t in rng.sample(pairs, 5 * cfg["ft_batch"])]
+    batches = [obj.make_batch(encoded[i::5], rng) for i in range(5)]
+    return flops_per_step(model, batches)
+
+
+def score_split(task, cfg, args):
     """(sources, references) of the held-out split a task is scored on."""
-    from utils import read_lines
     if task == "docsum":
         import data
-        pairs = data.default_seq2seq()["test"][:cfg["n_score"]]
+        pairs = data.default_seq2seq(args.cache_dir)["test"][:cfg["n_score"]]
         return [s for s, _ in pairs], [" ".join(t.split()) for _, t in pairs]
     if task == "gigaword":
         prefix = Path(args.data_dir) / TASKS[task]["score"]
@@ -190,129 +432,530 @@ def score_split(task, args, cfg):
     return read_lines(folder / "test.src"), read_lines(folder / "test.tgt")
 
 
-def score(ckpt, task, sources, refs):
+def score(ckpt, task, cfg, args):
+    """Decode the held-out sources and score them; teacher-forced accuracy; the hardware."""
     import torch
     import evaluate
     import generate
+    sources, refs = score_split(task, cfg, args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok, obj = generate.load_checkpoint(str(ckpt), device)
-    lp = TASKS.get(task, {}).get("lp", 1.0)
+    t0 = time.time()
     with torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda"):
-        hyps = generate.generate_text(model, tok, obj, sources, beam_size=5, length_penalty=lp, max_len=32,
-                                      batch_size=64)
+        hyps = generate.generate_text(model, tok, obj, sources, beam_size=5, max_len=32,
+                                      length_penalty=TASKS[task]["lp"], batch_size=64)
+        accuracy = teacher_forced_accuracy(model, tok, obj, sources, refs)
+    seconds = time.time() - t0
     rouge = evaluate.rouge_bootstrap(hyps, refs, stem=True, n_samples=1000)
-    out = {k: dict(f=100 * rouge[k]["fmeasure"]["mean"], low=100 * rouge[k]["fmeasure"]["low"],
-                   high=100 * rouge[k]["fmeasure"]["high"]) for k in ("rouge1", "rouge2", "rougeL")}
-    out["bleu"] = dict(f=evaluate.bleu(hyps, refs), low=None, high=None)
-    out["examples"] = hyps[:3]
-    return out
+    scores = {k: dict(f=100 * rouge[k]["fmeasure"]["mean"], low=100 * rouge[k]["fmeasure"]["low"],
+                      high=100 * rouge[k]["fmeasure"]["high"]) for k in ("rouge1", "rouge2", "rougeL")}
+    scores["bleu"] = dict(f=evaluate.bleu(hyps, refs), low=None, high=None)
+    examples = [dict(source=s, reference=r, output=h) for s, r, h in zip(sources, refs, hyps)][:3]
+    card = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    return dict(scores=scores, teacher_forced_acc=accuracy, decode=dict(seconds=seconds),
+                examples=examples, torch=torch.__version__, card=card)
 
 
-# --- the study: cells in parallel, resumable -----------------------------------------------------------------------
+def teacher_forced_accuracy(model, tok, obj, sources, refs, batch_size=64):
+    """Share of reference tokens (and the final [EOS]) that are the model's top choice given the
+    source and the reference's prefix, read at the decoding loop's query (generate.Decoder)."""
+    import torch
+    import generate
+    from objectives import pad
+    limit = generate.max_source_len(model, 32)
+    pairs = [(tok.encode(s)[:limit], tok.encode(r)[:31] + [tok.eos_id])
+             for s, r in zip(sources, refs) if s.strip()]
+    right = total = 0
+    for i in range(0, len(pairs), batch_size):
+        chunk = pairs[i:i + batch_size]
+        dec = generate.Decoder(model, obj, [s for s, _ in chunk], 32)
+        forced = pad([t for _, t in chunk], tok.eos_id).to(dec.src_ids.device)   # (N, T)
+        lengths = torch.tensor([len(t) for _, t in chunk], device=forced.device)
+        for t in range(forced.size(1)):
+            hit = dec.logprobs().argmax(-1) == forced[:, t]
+            real = t < lengths
+            right += int((hit & real).sum())
+            total += int(real.sum())
+            dec.append(forced[:, t])
+    return 100 * right / max(1, total)
 
-def cell_path(args, system, seed):
-    return Path(args.out) / "cells" / f"{system.replace('/', '_').replace(' ', '-')}-s{seed}.json"
+
+# --- the scheduler: K processes per GPU, a time limit, resumable ------------------------------------
+
+def plan(todo, args):
+    """Jobs for the missing cells: ("pre", system, seed) for each pre-training they need that is not
+    done on this machine, then ("ft", system, task, seed) per cell."""
+    pres = []
+    for name, task, seed in todo:
+        spec = SYSTEMS[name]
+        source = spec["pretrained_as"] or name
+        job = ("pre", source, seed)
+        done = (pre_dir(args, source, seed) / "done.json").exists()
+        if not spec["control"] and job not in pres and not done:
+            pres.append(job)
+    # seed 0 of every system first: a study cut short has every system once
+    pres.sort(key=lambda j: j[2])
+    return pres + [("ft", name, task, seed) for name, task, seed in sorted(todo, key=lambda c: c[2])]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="study")
-    ap.add_argument("--gpus", type=int, default=0, help="cells in parallel, one GPU each (0: one at a time)")
+def ready(job, args):
+    """A fine-tuning job is ready once its pre-training is done (a control at once)."""
+    if job[0] == "pre" or SYSTEMS[job[1]]["control"]:
+        return True
+    return (pre_dir(args, *pre_of(job)[1:]) / "done.json").exists()
+
+
+def next_job(jobs, args):
+    """A ready fine-tuning job (its cell finishes soon), else a pre-training, else None."""
+    ft = [j for j in jobs if j[0] == "ft" and ready(j, args)]
+    pre = [j for j in jobs if j[0] == "pre"]
+    return (ft + pre)[0] if ft + pre else None
+
+
+def schedule(jobs, args, store):
+    """Run the jobs, --per_gpu at a time on each GPU (--gpus 0: on the CPU). At --time_limit_min (or
+    after --stop_after_cells new cells) no job starts and those in flight are stopped (a
+    pre-training checkpoints, and resumes next time on this machine). -> the number of new cells."""
+    free = list(range(max(1, args.gpus) * args.per_gpu))
+    running = {}
+    deadline = time.time() + 60 * args.time_limit_min if args.time_limit_min else None
+    new_cells = 0
+    # seconds of each finished job: their sum over the wall time is how many ran at once
+    busy = []
+    start = time.time()
+    logs = Path(args.out) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    # a SIGTERM (a machine's time limit) stops the jobs as Ctrl-C does
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        while jobs or running:
+            out_of_time = deadline is not None and time.time() > deadline
+            if out_of_time or (args.stop_after_cells and new_cells >= args.stop_after_cells):
+                why = "time limit" if out_of_time else f"{new_cells} new cell(s)"
+                print(f"{why} reached: {len(running)} job(s) in flight stopped, {len(jobs)} not "
+                      "started", flush=True)
+                stop_all(running)
+                break
+            while free and (job := next_job(jobs, args)):
+                jobs.remove(job)
+                slot = free.pop(0)
+                running[start_job(job, slot, args, logs)] = (job, slot, time.time())
+            if not running:
+                print(f"{len(jobs)} job(s) cannot run: their pre-training failed", flush=True)
+                break
+            time.sleep(0.2)
+            for proc in [p for p in running if p.poll() is not None]:
+                job, slot, t0 = running.pop(proc)
+                free.append(slot)
+                busy.append(time.time() - t0)
+                print(f"{job_name(job)}: {busy[-1] / 60:.1f} min", flush=True)
+                new_cells += finished(job, proc.returncode, jobs, args, store, logs)
+    except KeyboardInterrupt:
+        print("interrupted: the jobs in flight stopped; finished cells are kept", flush=True)
+        stop_all(running)
+        raise SystemExit(130)
+    wall = time.time() - start
+    print(f"{len(busy)} job(s) finished: {sum(busy) / 60:.1f} process-minutes in {wall / 60:.1f} min "
+          f"of wall time ({sum(busy) / max(wall, 1e-9):.1f} at once on average)", flush=True)
+    return new_cells
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def finished(job, returncode, jobs, args, store, logs):
+    """After a job: collect its cell, or drop the cells that needed a failed pre-training. -> new
+    cells (0 or 1)."""
+    if returncode:
+        log = logs / f"{job_name(job)}.log"
+        tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+        print(f"failed (exit {returncode}): {job_name(job)}; {log} ends:\n  " + "\n  ".join(tail),
+              flush=True)
+        if job[0] == "pre":
+            for j in [j for j in jobs if j[0] == "ft" and pre_of(j) == job]:
+                jobs.remove(j)
+                print(f"dropped {job_name(j)}: its pre-training failed", flush=True)
+        return 0
+    if job[0] == "pre":
+        print(f"pre-trained {job[1]} seed {job[2]}", flush=True)
+        return 0
+    return collect(job, args, store)
+
+
+def pre_of(job):
+    spec = SYSTEMS[job[1]]
+    return ("pre", spec["pretrained_as"] or job[1], job[3])
+
+
+def job_name(job):
+    return "__".join([job[0], slug(job[1])] + [str(x) for x in job[2:]])
+
+
+def start_job(job, slot, args, logs):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STUDY_SCHEDULER": str(os.getpid())}
+    n_slots = max(1, args.gpus) * args.per_gpu
+    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // n_slots))
+    if args.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = str(slot % args.gpus)
+    cmd = [sys.executable, __file__, "job", json.dumps(job)] + forwarded(args)
+    log = open(logs / f"{job_name(job)}.log", "w")
+    print(f"start {job_name(job)} (slot {slot})", flush=True)
+    # its own process group: a Ctrl-C in the terminal reaches the scheduler, which stops it
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def forwarded(args):
+    """The flags a job needs to compute what its scheduler asked for."""
+    flags = ["--out", args.out, "--data_dir", args.data_dir, "--cache_dir", args.cache_dir,
+             "--compile", args.compile,
+             "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
+             str(args.pre_lr)]
+    return flags + (["--tiny"] if args.tiny else [])
+
+
+def stop_all(running, grace=30):
+    """SIGTERM to every job (train.py checkpoints and stops at its next log step), then SIGKILL to the
+    groups still there after grace seconds."""
+    for proc in running:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+    end = time.time() + grace
+    while time.time() < end and any(p.poll() is None for p in running):
+        time.sleep(0.2)
+    for proc in running:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for proc in running:
+        proc.wait()
+
+
+def collect(job, args, store):
+    """Move a finished cell from --out/staged into the --cells_out store."""
+    staged = Path(args.out) / "staged" / f"{cell_stem(*job[1:])}.json"
+    if not staged.exists():
+        print(f"no cell from {job}", flush=True)
+        return 0
+    cell = json.loads(staged.read_text())
+    write_cell(store, cell)
+    # and beside the work: a later run on this machine skips it even before an import
+    if Path(store) != Path(args.out) / "cells":
+        write_cell(Path(args.out) / "cells", cell)
+    staged.unlink()
+    main = TASKS[cell["task"]]["main"]
+    print(f"cell {cell_stem(*job[1:])}: {NAMES[main]} {cell['scores'][main]['f']:.2f}", flush=True)
+    return 1
+
+
+# --- the results page -----------------------------------------------------------------------------
+
+T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}
+
+
+def summary(cells, name, task, metric):
+    """(mean, std, (low, high), n) over the seeds of a system on a task; the 95% interval is
+    Student's t over the seeds, or the bootstrap interval of the one run when there is one seed."""
+    rows = [c for c in cells.values() if c["system"] == name and c["task"] == task]
+    values = [c["scores"][metric]["f"] for c in rows]
+    if not values:
+        return None
+    mean = statistics.mean(values)
+    if len(values) == 1:
+        s = rows[0]["scores"][metric]
+        return mean, 0.0, (s["low"], s["high"]), 1
+    std = statistics.stdev(values)
+    half = T_975.get(len(values), 2.0) * std / math.sqrt(len(values))
+    return mean, std, (mean - half, mean + half), len(values)
+
+
+def report(cells, tasks, names):
+    """The results page as markdown: per task a table of every system, the goals, sample outputs."""
+    lines = ["# The study: four objectives on one backbone", "",
+             "Generated by `python bench/study.py report` from the cells in `bench/study/cells/` "
+             "(one JSON per system, task and seed); do not edit by hand. How the study runs, its "
+             "settings and its budget estimate: `bench/study.py`'s docstring; the pictures: "
+             "`notebooks/07_study.ipynb`.", "",
+             "Each objective pre-trains the same model on the same number of corpus tokens, then is "
+             "fine-tuned with its own recipe; a control is the same fine-tuning from random weights. "
+             "A value is the mean ± the standard deviation over seeds; the 95% interval is Student's "
+             "t over the seeds (with one seed: that run's bootstrap interval; BLEU has none). "
+             "Teacher-forced accuracy: the share of held-out reference tokens that are the model's "
+             "first choice given the true prefix, read through the decoding loop. Wall times are "
+             "per process, with several processes sharing a GPU.", ""]
+    if cells:
+        first = next(iter(cells.values()))
+        cards = sorted({f"{c['card']} (torch {c['torch']})" for c in cells.values()})
+        lines += [f"Settings: `{json.dumps(first['settings'])}`. Ran on: {', '.join(cards)}.", ""]
+    lines += goals(cells, tasks)
+    lines += gains(cells, tasks)
+    for task in tasks:
+        lines += task_table(cells, task, names)
+    lines += ["## Sample outputs (seed 0, the first three held-out sources)", ""]
+    for name in names:
+        for task in tasks:
+            cell = next((c for c in cells.values() if c["system"] == name and c["task"] == task
+                         and c["seed"] == 0), None)
+            if cell:
+                lines += [f"**{name}, {task}**", ""]
+                lines += [f"- source: {e['source'][:200]}<br>reference: {e['reference']}<br>"
+                          f"output: {e['output']}" for e in cell["examples"]]
+                lines += [""]
+    return "\n".join(lines) + "\n"
+
+
+def task_table(cells, task, names):
+    metrics = TASKS[task]["metrics"]
+    main = TASKS[task]["main"]
+    lines = [f"## {task}", "",
+             "| system | seeds | " + " | ".join(NAMES[m] for m in metrics)
+             + f" | 95% interval ({NAMES[main]}) | teacher-forced acc | wall time: pre-train + "
+               "fine-tune + decode (min) | FLOPs: pre-train + fine-tune |",
+             "|---" * (len(metrics) + 6) + "|"]
+    for name in names:
+        rows = [c for c in cells.values() if c["system"] == name and c["task"] == task]
+        if not rows:
+            lines.append(f"| {name} | not run yet |" + " |" * (len(metrics) + 4))
+            continue
+        values = [summary(cells, name, task, m) for m in metrics]
+        low, high = summary(cells, name, task, main)[2]
+        # BLEU of a single run has no bootstrap interval
+        interval = "-" if low is None else f"[{low:.2f}, {high:.2f}]"
+        pre = [c["pretrain"] or {} for c in rows]
+        minutes = [statistics.mean(p.get("seconds", 0) for p in pre) / 60,
+                   statistics.mean(c["finetune"]["seconds"] for c in rows) / 60,
+                   statistics.mean(c["decode"]["seconds"] for c in rows) / 60]
+        flops = (statistics.mean(p.get("flops", 0) for p in pre),
+                 statistics.mean(c["finetune"]["flops"] for c in rows))
+        acc = statistics.mean(c["teacher_forced_acc"] for c in rows)
+        lines.append(f"| {name} | {len(rows)} | "
+                     + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _, _ in values)
+                     + f" | {interval} | {acc:.1f}% | "
+                     + " + ".join(f"{m:.1f}" for m in minutes)
+                     + f" | {flops[0]:.2e} + {flops[1]:.2e} |")
+    return lines + [""]
+
+
+def goals(cells, tasks):
+    """Issue 22's goals, checked on the cells: each objective above its control by more than three
+    seed standard deviations (the larger of the two) on every task; the best scores."""
+    lines = ["## Goals", ""]
+    for objective in COLORS:
+        for task in tasks:
+            main = TASKS[task]["main"]
+            full = summary(cells, objective, task, main)
+            ctrl = summary(cells, f"{objective}/no pre-training", task, main)
+            if not (full and ctrl):
+                lines.append(f"- {objective} vs its control on {task}: not run yet")
+                continue
+            gap = full[0] - ctrl[0]
+            bound = 3 * max(full[1], ctrl[1])
+            met = "met" if gap > bound and min(full[3], ctrl[3]) >= 2 else "not met"
+            lines.append(f"- {objective} vs its control on {task} ({NAMES[main]}): {gap:+.2f} "
+                         f"against 3 std = {bound:.2f} ({full[3]} / {ctrl[3]} seeds): {met}")
+    for task, metric, goal in (("gigaword", "rougeL", 30), ("squad_qg", "bleu", 7)):
+        if task in tasks:
+            best = [(summary(cells, n, task, metric)[0], n) for n in SYSTEMS
+                    if summary(cells, n, task, metric)]
+            if best:
+                value, name = max(best)
+                lines.append(f"- best {task} {NAMES[metric]}: {value:.2f} ({name}), goal >= {goal}: "
+                             f"{'met' if value >= goal else 'not met'}")
+            else:
+                lines.append(f"- best {task} {NAMES[metric]}: not run yet (goal >= {goal})")
+    return lines + [""]
+
+
+def gains(cells, tasks):
+    """What pre-training adds: each pre-trained system minus the same fine-tuning from random
+    weights (PALM with and without its copy head; ERNIE-GEN with and without fine-tuning noise)."""
+    lines = ["## What pre-training adds", "",
+             "| pre-trained | control | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    for full, ctrl in GAIN_PAIRS:
+        row = []
+        for task in tasks:
+            main = TASKS[task]["main"]
+            a, b = summary(cells, full, task, main), summary(cells, ctrl, task, main)
+            row.append(f"{a[0] - b[0]:+.2f} {NAMES[main]} ({a[0]:.2f} vs {b[0]:.2f}; std {a[1]:.2f} / "
+                       f"{b[1]:.2f})" if a and b else "not run yet")
+        lines.append(f"| {full} | {ctrl} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+# --- the pictures (notebooks/07_study.ipynb draws them) ---------------------------------------------
+
+def color(name):
+    return COLORS[SYSTEMS[name]["objective"]]
+
+
+def plot_bars(ax, cells, task, pairs, title):
+    """Bars of (left, right) system pairs side by side, mean over seeds with a std error bar; the
+    right one hatched. A system without cells is named missing on its axis."""
+    metric = TASKS[task]["main"]
+    ticks = []
+    for i, (left, right) in enumerate(pairs):
+        for offset, name, hatch in ((-0.2, left, None), (0.2, right, "//")):
+            s = summary(cells, name, task, metric)
+            if s:
+                ax.bar(i + offset, s[0], 0.38, yerr=s[1], capsize=3, color=color(name),
+                       hatch=hatch, edgecolor="black", alpha=0.9 if hatch is None else 0.5)
+                ax.text(i + offset, s[0], f"{s[0]:.1f}\n({s[3]})", ha="center", va="bottom",
+                        fontsize=7)
+            else:
+                ax.text(i + offset, 0, "not\nrun", ha="center", va="bottom", fontsize=7)
+        control = right == f"{left}/no pre-training"
+        ticks.append(left if control else f"{right}\n(vs {left})")
+    rotation = 0 if all(r == f"{l}/no pre-training" for l, r in pairs) else 25
+    ax.set_xticks(range(len(pairs)), ticks, fontsize=7, rotation=rotation,
+                  ha="center" if rotation == 0 else "right")
+    ax.set_ylabel(f"{NAMES[metric]} (mean, std over seeds)")
+    ax.set_title(title, fontsize=9)
+    legend(ax)
+
+
+def legend(ax):
+    """Colours are objectives; solid is the first system of a pair, hatched the second."""
+    from matplotlib.patches import Patch
+    handles = [Patch(color=c, label=o) for o, c in COLORS.items()]
+    handles += [Patch(facecolor="white", edgecolor="black", label="full / pre-trained"),
+                Patch(facecolor="white", edgecolor="black", hatch="//", label="variant / control")]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def control_pairs():
+    return [(o, f"{o}/no pre-training") for o in COLORS]
+
+
+def ablation_pairs():
+    return [(SYSTEMS[n]["ablation_of"], n) for n in SYSTEMS if SYSTEMS[n]["ablation_of"]]
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    ap.add_argument("command", nargs="?", default="run", choices=("run", "import", "report", "job"),
+                    help="run (default): the missing cells; import FILE: a .jsonl of cells into "
+                         "bench/study/cells; report: bench/study/README.md")
+    ap.add_argument("file", nargs="?", default="", help="import: the cells file; job: internal")
+    ap.add_argument("--out", default="out/study", help="work folder (checkpoints, logs, caches)")
+    ap.add_argument("--gpus", type=int, default=0, help="GPUs to use (0: the CPU)")
+    ap.add_argument("--per_gpu", type=int, default=1, help="jobs at once on each GPU (or the CPU)")
+    ap.add_argument("--time_limit_min", type=float, default=0.0,
+                    help="after this many minutes no job starts and those in flight stop; 0 = none")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--cells", default=None,
+                    help="finished cells to read (default bench/study/cells; --tiny: none)")
+    ap.add_argument("--cells_out", default="",
+                    help="where new cells go: a folder, or a .jsonl file (default OUT/cells)")
+    ap.add_argument("--page", default=str(PAGE), help="report: the page to write")
+    ap.add_argument("--only", default="", help="comma-separated systems (any subset of SYSTEMS)")
+    ap.add_argument("--pre_batch", type=int, default=128, help="pre-training batch (all objectives)")
+    ap.add_argument("--pre_lr", type=float, default=7e-4, help="pre-training peak learning rate")
+    ap.add_argument("--compile", default="auto", choices=("auto", "true", "false"),
+                    help="train.py's --compile for every job")
+    ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
+    ap.add_argument("--cache_dir", default="",
+                    help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")
     ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--only", default="", help="comma-separated systems")
-    ap.add_argument("--cell", default="", help=argparse.SUPPRESS)       # internal: run one cell, write its JSON
-    args = ap.parse_args()
-    cfg = settings(args)
+    ap.add_argument("--stop_after_cells", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
     if args.tiny:
         args.seeds = 1
-    if args.cell:
-        system, seed = args.cell.rsplit("@", 1)
-        record = run_cell(system, int(seed), cfg, args)
-        from utils import atomic_write
-        atomic_write(cell_path(args, system, int(seed)), json.dumps(record, indent=1))
-        return
-    Path(args.out, "cells").mkdir(parents=True, exist_ok=True)
-    systems = [s for s in cfg["systems"] if not args.only or s in args.only.split(",")]
-    todo = [(s, k) for s in systems for k in range(args.seeds) if not cell_path(args, s, k).exists()]
-    print(f"{len(systems) * args.seeds - len(todo)} cells done, {len(todo)} to run", flush=True)
-    run_cells(todo, args)
-    report(systems, cfg, args)
+    if args.cells is None:
+        args.cells = "" if args.tiny else str(CELLS)
+    args.cells_out = args.cells_out or str(Path(args.out) / "cells")
+    args.cache_dir = args.cache_dir or str(Path(args.out) / "cache")
+    if args.per_gpu < 1 or args.gpus < 0:
+        raise UsageError("--per_gpu must be >= 1 and --gpus >= 0")
+    return args
 
 
-def run_cells(todo, args):
-    slots = max(1, args.gpus)
-    running = {}
-    while todo or running:
-        while todo and len(running) < slots:
-            system, seed = todo.pop(0)
-            slot = next(i for i in range(slots) if i not in running.values())
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            if args.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = str(slot)
-                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 4) // slots))
-            log = open(Path(args.out) / f"{system.replace('/', '_').replace(' ', '-')}-s{seed}.log", "w")
-            cmd = [sys.executable, __file__, "--cell", f"{system}@{seed}", "--out", args.out, "--data_dir",
-                   args.data_dir] + (["--tiny"] if args.tiny else [])
-            running[subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)] = slot
-        time.sleep(0.5)
-        for proc in [p for p in running if p.poll() is not None]:
-            if proc.returncode:
-                print(f"a cell failed (exit {proc.returncode}): {' '.join(proc.args[3:5])}; see its log in "
-                      f"{args.out}", flush=True)
-            del running[proc]
+def run(args):
+    cfg = settings(args)
+    names = systems_of(args)
+    if not args.tiny and not Path(args.data_dir, "gigaword10k").is_dir():
+        raise UsageError(f"--data_dir {args.data_dir}: no gigaword10k/ there (see the docstring)")
+    if args.gpus:
+        import torch
+        if torch.cuda.device_count() < args.gpus:
+            raise UsageError(f"--gpus {args.gpus}: only {torch.cuda.device_count()} GPU(s) here")
+    done = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
+    wanted = wanted_cells(names, cfg["tasks"], args.seeds)
+    todo = [c for c in wanted if cell_stem(*c) not in done]
+    print(f"{len(wanted) - len(todo)} cells done, {len(todo)} to run", flush=True)
+    t0 = time.time()
+    jobs = plan(todo, args)
+    if jobs:
+        prepare(cfg, args, ernie=any(SYSTEMS[j[1]]["objective"] == "ernie_gen" for j in jobs),
+                progress=not args.tiny)
+    new = schedule(jobs, args, args.cells_out)
+    print(f"{new} new cell(s) in {(time.time() - t0) / 60:.1f} min; in {args.cells_out}", flush=True)
+    cells = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
+    page = report(cells, cfg["tasks"], names)
+    atomic_write(Path(args.out) / "README.md", page)
+    print(page.split("## Sample outputs")[0])
 
 
-def report(systems, cfg, args):
-    rows = []
-    for system in systems:
-        cells = [json.loads(cell_path(args, system, k).read_text()) for k in range(args.seeds)
-                 if cell_path(args, system, k).exists()]
-        for task in cfg["tasks"]:
-            metrics = TASKS.get(task, {}).get("metrics", ("rouge1", "rouge2", "rougeL"))
-            for m in metrics:
-                values = [c["tasks"][task][m]["f"] for c in cells if task in c["tasks"]]
-                if not values:
-                    continue
-                first = cells[0]["tasks"][task][m]
-                rows.append(dict(system=system, task=task, metric=m, mean=statistics.mean(values),
-                                 std=statistics.stdev(values) if len(values) > 1 else 0.0, seeds=len(values),
-                                 ci=(first["low"], first["high"]),
-                                 pretrain_s=statistics.mean(c.get("pretrain", {}).get("seconds", 0) for c in cells),
-                                 pretrain_steps=cells[0].get("pretrain", {}).get("steps", 0),
-                                 pretrain_flops=cells[0].get("pretrain", {}).get("flops", 0)))
-    Path(args.out, "study.json").write_text(json.dumps(dict(settings={k: v for k, v in cfg.items() if k != "tasks"},
-                                                            tasks=list(cfg["tasks"]), rows=rows), indent=1))
-    plot(rows, args.out)
-    print("\n| system | task | metric | mean | std | seeds | 95% CI (seed 0) | pre-training steps / s / FLOPs |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        ci = f"[{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r["ci"][0] is not None else "-"
-        print(f"| {r['system']} | {r['task']} | {r['metric']} | {r['mean']:.2f} | {r['std']:.2f} | {r['seeds']} | "
-              f"{ci} | {r['pretrain_steps']} / {r['pretrain_s']:.0f} / {r['pretrain_flops']:.2g} |")
+def import_cells(args):
+    """Split a .jsonl of cells (from a GPU machine's $OUT) into the committed cell files."""
+    if not Path(args.file).is_file():
+        raise UsageError(f"import: no file {args.file!r}")
+    cells = read_cells(args.file)
+    target = Path(args.cells or CELLS)
+    before = read_cells(target)
+    for cell in cells.values():
+        write_cell(target, cell)
+    fresh = sum(k not in before for k in cells)
+    print(f"{len(cells)} cell(s) from {args.file}: {fresh} new, {len(cells) - fresh} replaced; "
+          f"{len(before) + fresh} in {target}")
 
 
-def plot(rows, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no matplotlib: no plot; pip install -r requirements-notebooks.txt)")
-        return
-    main = [r for r in rows if r["metric"] in ("rougeL",)]
-    if not main:
-        return
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(main) + 1), dpi=80)
-    labels = [f"{r['system']} ({r['task']})" for r in main]
-    ax.barh(range(len(main)), [r["mean"] for r in main], xerr=[r["std"] for r in main], color="tab:blue")
-    ax.set_yticks(range(len(main)), labels, fontsize=8)
-    ax.set_xlabel("ROUGE-L F1 (mean over seeds, error bar: std)")
-    ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(Path(out) / "study.png")
+def write_report(args):
+    cells = read_cells(args.cells or CELLS)
+    tasks = sorted({c["task"] for c in cells.values()}, key=list(TASKS).index) or ["gigaword",
+                                                                                  "squad_qg"]
+    atomic_write(args.page, report(cells, tasks, list(SYSTEMS)))
+    print(f"{args.page}: {len(cells)} cell(s) of {len(SYSTEMS)} systems")
+
+
+def watch_scheduler():
+    """A job whose scheduler is gone (killed without a chance to stop it) stops itself as the
+    scheduler would have: SIGTERM (train.py checkpoints), then exit. Never a GPU held by an orphan."""
+    import threading
+    scheduler = int(os.environ.get("STUDY_SCHEDULER", os.getppid()))
+
+    def watch():
+        while os.getppid() == scheduler:
+            time.sleep(2)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "job":
+        # internal: one job of the scheduler, in its own process
+        watch_scheduler()
+        job = json.loads(args.file)
+        cfg = settings(args)
+        if job[0] == "pre":
+            run_pretraining(job[1], job[2], cfg, args)
+        else:
+            run_cell(job[1], job[2], job[3], cfg, args)
+    elif args.command == "import":
+        import_cells(args)
+    elif args.command == "report":
+        write_report(args)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UsageError as e:
+        exit_with_error(PROG, e)

@@ -1,52 +1,76 @@
 """What the graders share: the reference switch, a tiny model, and failure messages that teach.
 
 The switch. A grader grades `exercises/exNN_*.py`, the student's file. With the environment variable
-UNIGEN_REFERENCE=1 it grades the project's own code behind the same names instead (exercises/reference.py):
-every grader must pass that way, and fail on the untouched stub (exercises/verify.py checks both).
+UNIGEN_REFERENCE=1 it grades the answer key instead (exercises/solutions/: the project's own code behind the
+same names), and says so loudly: every grader must pass that way, and fail on the untouched stub
+(exercises/verify.py checks both). The copy check (exercises/_copycheck.py) runs on the student's file before
+it is imported: a file that reaches the exercise's answer fails every test of the exercise.
 
 Graders only READ the student's file; nothing here writes into exercises/.
 """
-import ast
 import importlib
-import inspect
 import os
+import sys
+import traceback
+from pathlib import Path
 
 import torch
 
 import model as M
 from objectives import Batch, pad
+from exercises import _copycheck
 from objectives.masks import CTX, ORIG, PAD, PSEUDO, SPAN
 
 REFERENCE = os.environ.get("UNIGEN_REFERENCE", "") not in ("", "0")
+GRADED_THE_SOLUTIONS = "graded: the solutions, not your files (UNIGEN_REFERENCE=1)"
 
 # Tiny tensors: one intra-op thread is faster than two on a busy 2-core machine
 torch.set_num_threads(1)
 
 
+class Refused:
+    """Stands in for a student's module that the copy check flags (or that does not import): every name of it
+    fails its test with the same message, so that no test of the exercise passes on copied work."""
+
+    def __init__(self, name, why, findings=()):
+        self._name, self._why, self.findings = name, why, list(findings)
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise AssertionError(self._why)
+
+
 def load(name):
-    """The module under grading: exercises/<name>.py, or with UNIGEN_REFERENCE=1 the project's own code."""
+    """The module under grading: exercises/<name>.py, or with UNIGEN_REFERENCE=1 the project's own code
+    (exercises/solutions/, the answer key). A file that reaches the answer, or uses code the copy check cannot
+    read, is served as Refused: every test then fails with the copy check's message."""
     if REFERENCE:
-        from exercises import reference
-        return getattr(reference, name)
-    return importlib.import_module(f"exercises.{name}")
+        # pytest's output says it too (exercises/conftest.py); this line is for a grader imported without it
+        print(f"\n*** {GRADED_THE_SOLUTIONS} ***", file=sys.stderr)
+        from exercises import solutions
+        return getattr(solutions, name)
+    path = Path(__file__).resolve().parent / f"{name}.py"
+    findings = _copycheck.check_file(path, name) if path.exists() else []
+    if findings:
+        return Refused(name, _copycheck.message(findings, name), findings)
+    try:
+        return importlib.import_module(f"exercises.{name}")
+    except Exception as e:                       # a file that does not import fails every test, one line
+        line = traceback.format_exception_only(type(e), e)[-1].strip()
+        return Refused(name, f"exercises/{name}.py does not import: {line}")
 
 
-def must_not_use(fn, names, why):
-    """Fail if the student's function's source mentions one of `names` (the project's answer to the exercise).
-
-    Under the switch the function IS the project's code: then check that the switch really graded it.
-    """
+def written_by_you(module):
+    """The copy check, as a test: the student's file must not reach the exercise's answer (exercises/_copycheck.py
+    reads what it imports and calls, never its names). Under the switch, check that the switch really graded
+    the answer key."""
     if REFERENCE:
-        where = inspect.getmodule(fn).__name__
-        assert not where.startswith("exercises.ex"), f"UNIGEN_REFERENCE=1 graded the stub {where}"
+        assert not isinstance(module, Refused) and "exercises.ex" not in repr(module), \
+            f"UNIGEN_REFERENCE=1 graded a stub: {module!r}"
         return
-    tree = ast.parse(inspect.getsource(inspect.getmodule(fn)))
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    used |= {part for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-             for a in n.names for part in a.name.split(".")}
-    hit = sorted(used & set(names))
-    assert not hit, f"your file uses {hit}: {why}"
+    if isinstance(module, Refused):
+        raise AssertionError(module._why)
 
 
 # --- a tiny model for the leakage checker -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ encoder-decoder: it masks ONE contiguous span x^{u:v} of about half a sentence i
 decoder predicts the span left to right, seeing the encoder and the span's tokens before the one it predicts
 (Figure 1: x1..x8 with x3..x6 masked; the decoder's input is the span shifted right by one, at the span's
 positions). Your job is to express that on unigen's ONE backbone, with nothing but the public interface: an
-objective only builds (tokens, positions, segments, kind/block, labels); the mask rule, the model, train.py,
+objective only builds (tokens, positions, segments, kind/step, labels); the mask rule, the model, train.py,
 generate.py and the leakage checker do the rest.
 
 What the grader checks (exercises/test_09_capstone_mass.py):
@@ -26,7 +26,7 @@ solution: compare with it only when you are done).
 Plan (the hints unfold: read one, try, then the next)
 
 Hint 1 (the layout). One sequence: a context part (kind CTX: everyone sees it, it sees only itself: the
-    encoder) and a target part (kind ORIG, block t for its t-th row: row t sees the context and rows <= t: the
+    encoder) and a target part (kind ORIG, step t for its t-th row: row t sees the context and rows <= t: the
     decoder). In fine-tuning the context is "[SOS] src [EOS]" at positions 0..S-1, segment 0, and the target
     part must look exactly like generate.py's loop without a query token (query_token = None): the row at
     position S + t holds y_{t-1} ([SOS] for t = 0), segment 1, and predicts y_t; the last row predicts [EOS].
@@ -35,12 +35,13 @@ Hint 2 (pre-training). The context is "[SOS] passage [EOS]" with the span's toke
     the span's own positions u + 1, ..., v (the row at the position of x_p predicts x_p), segment 1, labels
     x_u .. x_{v-1}. Draw the span with the rng you are given: k = max(1, round(span_frac * n)) tokens, start
     u = rng.randint(0, n - k).
-Hint 3 (details). kind = [CTX] * len(context) + [ORIG] * k and block = [0] * len(context) + [1, ..., k];
-    labels = [-100] * len(context) + span. Truncate a passage to max_len - 2 tokens first (positions must fit),
-    skip an empty one with self.count_skip("empty passage") and return None. compute_loss: one forward pass,
-    h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask) (the mask described by kind
-    and block; the model builds it on its device), then objectives.lm_loss(model, h, batch.labels,
-    self.label_smoothing) -> (loss, accuracy); return (loss, {"loss": loss.detach()}).
+Hint 3 (details). kind: CTX on every context token, ORIG on every span row; step: 0 on the context and
+    1..k on the span rows (row t is factorization step t); labels: -100 on the context, the span's tokens on
+    its rows. Truncate a passage to max_len - 2 tokens first (positions must fit); skip an empty one with
+    self.count_skip("empty passage") and return None. compute_loss: ONE forward pass of the model on the
+    batch's ids, positions, segments and batch.mask (the mask described by kind and step; the model builds it
+    on its device), then objectives.lm_loss on the hidden states and the labels (with self.label_smoothing)
+    gives (loss, accuracy); return the loss and a dict of metrics holding the detached loss.
 Why every span slot must be [MASK] (not BERT's 80/10/10): a slot that kept its token would show the decoder its
 answer through the context, and the leakage checker cannot see that (it reads kinds, not token values).
 """

@@ -40,9 +40,12 @@ def seq2seq_mask(n_src, n, L):
     # TODO 2: write the rule: key j is visible to query i when j is in the source, or j is at or left of i.
     # TODO 3: hide padding: rows i >= n and columns j >= n are False.
     #
-    # Hint 1: torch.arange(L)[:, None] is a column, torch.arange(L)[None, :] a row; comparing them gives (L, L).
-    # Hint 2: "j in the source" is j < n_src; "at or left of i" is j <= i; combine booleans with | and &.
-    # Hint 3: the official UniLM code writes the whole mask in one line: ((j < n_src) | (j <= i)) & (i < n) & (j < n).
+    # Hint 1: every cell (i, j) answers one yes/no question, "may query i read key j?": answer all L * L of
+    #         them at once by comparing a column of query indices with a row of key indices (broadcasting).
+    # Hint 2: three conditions: j is in the source (j < n_src), j is at or left of i (j <= i), and both i and j
+    #         are real tokens (below n). Which two are alternatives (|), and which must always hold (&)?
+    # Hint 3: i = torch.arange(L)[:, None] is (L, 1) and j = torch.arange(L)[None, :] is (1, L); one line of
+    #         comparisons joined by | and & gives the (L, L) bool mask. Check it on the picture above.
     raise NotImplementedError("exercise 2: write seq2seq_mask (see the TODOs)")
 
 

@@ -42,10 +42,12 @@ def pseudo_masked_mask(kind, step):
     # TODO 2: write one boolean (B, L, L) term per line of the table in the module docstring.
     # TODO 3: OR them together; make sure padding rows and padding keys come out False.
     #
-    # Hint 1: q_kind = kind[:, :, None] and k_kind = kind[:, None, :]; then (q_kind == PSEUDO) & (k_kind == ORIG)
-    #         is (B, L, L) by broadcasting. The same for step.
-    # Hint 2: "everyone sees the context" is (q_kind != PAD) & (k_kind == CTX). An ORIG query sees
-    #         (k_kind == ORIG) & (k_step <= q_step); a PSEUDO query sees ORIG keys with k_step < q_step.
-    # Hint 3: the [P]s of one block see each other: (q_kind == PSEUDO) & (k_kind == PSEUDO) & (k_step == q_step).
-    #         Four terms in all, joined with |.
+    # Hint 1: each line of the table in the docstring is one boolean (B, L, L) term; a cell is True when any
+    #         term is. Four lines, four terms.
+    # Hint 2: the query side of kind is kind[:, :, None] (B, L, 1), the key side kind[:, None, :] (B, 1, L);
+    #         comparing them broadcasts to (B, L, L). A term tests the query's kind, the key's kind, and
+    #         (except for the context) compares the key's step with the query's.
+    # Hint 3: the ORIG line is (q_kind == ORIG) & (k_kind == ORIG) & (k_step <= q_step). The two PSEUDO lines
+    #         differ from it in the kinds and in one comparison each (earlier steps only; its own step only).
+    #         The context line compares no steps, but a padding query sees nothing.
     raise NotImplementedError("exercise 4: write pseudo_masked_mask (see the TODOs)")

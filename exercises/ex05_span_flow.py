@@ -43,8 +43,11 @@ def span_flow_mask(n_src, spans):
     # TODO 2: the contextual flow: the top-left (n_src + T) square is exactly exercise 2's seq2seq mask.
     # TODO 3: the span flow: for each span (b, e) and each j in range(b, e), the row of [ATTN]_j.
     #
-    # Hint 1: the [ATTN] of target j is row (and column) n_src + T + j; target token i is n_src + i.
-    # Hint 2: that row sees columns 0 .. n_src + b - 1 (the source and T'_<b) and itself; nothing else.
-    # Hint 3: mask[r, :n_src + b] = True; mask[r, r] = True, with r = n_src + T + j. The contextual part:
-    #         i = torch.arange(n); j = i; mask[:n, :n] = (j[None] < n_src) | (j[None] <= i[:, None]).
+    # Hint 1: fill the mask in two parts: the top-left square (source and target) is exercise 2's mask, the
+    #         [ATTN] rows below it are the new part. Nothing else is ever True.
+    # Hint 2: target token i sits at n_src + i, the [ATTN] of target j at n_src + T + j. The row of an [ATTN]
+    #         of span [b, e) is a PREFIX of the columns (which ones?) plus one cell on the diagonal.
+    # Hint 3: loop over the spans and over j in range(b, e): with r = n_src + T + j, set one slice of row r
+    #         (the source and the targets before b) and the cell (r, r). For the square, exercise 2's
+    #         comparisons of a column of i with a row of j, on the first n_src + T positions.
     raise NotImplementedError("exercise 5: write span_flow_mask (see the TODOs)")

@@ -42,7 +42,8 @@ def copy_distribution(alpha, src_ids, vocab_size):
     # Hint 1: this is a "scatter": values go to positions named by an index tensor.
     # Hint 2: Tensor.scatter(dim, index, src) OVERWRITES, so a repeated id would keep only one alpha;
     #         Tensor.scatter_add(dim, index, src) ADDS them up, which is Eq. 6.
-    # Hint 3: torch.zeros(*alpha.shape[:-1], vocab_size, dtype=alpha.dtype).scatter_add(-1, src_ids, alpha)
+    # Hint 3: start from zeros of shape (*alpha.shape[:-1], vocab_size) in alpha's dtype and scatter_add along
+    #         the last dimension: src_ids says WHERE each value goes, alpha is WHAT goes there.
     raise NotImplementedError("exercise 6: write copy_distribution (see the TODO)")
 
 
@@ -57,5 +58,7 @@ def mixture_logprobs(vocab_logits, alpha, gate_logit, src_ids):
     # Hint 2: pc.log() is -inf at the zeros, which is right; but its backward is 1 / pc = inf there, and
     #         inf * 0 = nan in the gradient. torch.where(pc > 0, pc.clamp_min(1e-38).log(), float("-inf"))
     #         keeps the branch that torch.where throws away finite.
-    # Hint 3: torch.logaddexp(log_lam[..., None] + log_pv, log_1m_lam[..., None] + log_pc)
+    # Hint 3: Eq. 7 in log space: log(lambda P^v + (1 - lambda) P^c) = logaddexp(log lambda + log P^v,
+    #         log(1 - lambda) + log P^c). The gate's terms are (...): give them a trailing axis ([..., None])
+    #         to broadcast against the (..., V) terms.
     raise NotImplementedError("exercise 6: write mixture_logprobs (see the TODOs)")

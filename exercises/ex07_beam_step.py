@@ -45,11 +45,12 @@ def beam_step(totals, logp, history, beam_size, eos, step, alpha=1.0, no_repeat_
     # TODO 3: split each flat index into (beam, token); collect the finished ones among the first K.
     # TODO 4: the K best non-[EOS] candidates, in rank order.
     #
-    # Hint 1: the blocking in plain Python is fine: for k in range(K): h = history[k].tolist(); for i in
-    #         range(len(h) - n + 1): if h[i:i + n - 1] == h[len(h) - n + 1:]: logp[k, h[i + n - 1]] = -inf.
-    # Hint 2: flat = (totals[:, None] + logp).flatten(); top, idx = flat.topk(2 * K); beam = idx // V and
-    #         token = idx % V, with V = logp.size(1).
-    # Hint 3: for c in range(K): if token[c] == eos and top[c] > -inf: finished.append((history[beam[c]].tolist(),
-    #         top[c].item() / gnmt_penalty(step + 1, alpha))). For the live ones: keep = [c for c in
-    #         range(2 * K) if token[c] != eos][:K], then index beam, token and top with it.
+    # Hint 1: three parts: block (on a copy of logp), rank every one-token extension of every beam, then split
+    #         the 2K best into finished (the [EOS]s among the first K) and live (the first K that are not [EOS]).
+    # Hint 2: blocking: the last n - 1 tokens of a beam's history; wherever they occur earlier in it, the token
+    #         that followed them is forbidden (plain Python lists are fine). Ranking: add totals[:, None] to
+    #         logp, flatten the (K, V) table and take its top 2K; flat index c is beam c // V, token c % V.
+    # Hint 3: finished: walk the first K candidates; an [EOS] with a finite total gives (its beam's history as
+    #         a list, total / gnmt_penalty(step + 1, alpha)). Live: the ranks of the 2K candidates whose token
+    #         is not [EOS], cut to K, index the beams, the tokens and the totals.
     raise NotImplementedError("exercise 7: write beam_step (see the TODOs)")

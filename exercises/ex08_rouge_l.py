@@ -35,9 +35,12 @@ def lcs_length(a, b):
     """Length of the longest common subsequence of the token lists a and b."""
     # TODO: the (len(a) + 1) x (len(b) + 1) table above, filled row by row; the answer is its last cell.
     #
-    # Hint 1: table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]  (not [[0] * ...] * n: that is ONE row n times)
-    # Hint 2: two loops, i from 1 to len(a) and j from 1 to len(b), and the two cases of the recurrence.
-    # Hint 3: only the previous row is ever read: two rows of len(b) + 1 are enough (memory O(len(b))).
+    # Hint 1: the table has a row per prefix of a and a column per prefix of b, zeros on row 0 and column 0;
+    #         the answer is the cell for the whole of a and the whole of b.
+    # Hint 2: two loops, i from 1 to len(a) and j from 1 to len(b), and the two cases of the recurrence: the
+    #         tokens a[i - 1] and b[j - 1] match, or they do not.
+    # Hint 3: build the rows with a comprehension, one new list per row ([[0] * ...] * n is ONE row n times);
+    #         only the previous row is ever read, so two rows of len(b) + 1 are enough.
     raise NotImplementedError("exercise 8: write lcs_length (see the TODO)")
 
 
@@ -45,6 +48,8 @@ def rouge_l(prediction, reference):
     """ROUGE-L of one pair of texts: {"precision", "recall", "fmeasure"}."""
     # TODO: tokenize both, handle the empty case, then P, R and F from lcs_length.
     #
-    # Hint 1: pred, ref = rouge_tokenize(prediction), rouge_tokenize(reference).
-    # Hint 2: precision divides by the PREDICTION's length, recall by the REFERENCE's.
+    # Hint 1: ROUGE-L is three numbers from one LCS: tokenize both texts with rouge_tokenize first.
+    # Hint 2: precision divides the LCS by the PREDICTION's length, recall by the REFERENCE's.
+    # Hint 3: return zeros before dividing when a text has no tokens; F is 2 P R / (P + R) only when
+    #         P + R > 0.
     raise NotImplementedError("exercise 8: write rouge_l (see the TODO)")

@@ -158,3 +158,9 @@ def test_whole_searches_equal_generate_py(K, alpha, ngram):
             f"{[(ids, round(s, 3)) for ids, s in got]}"
         assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5), f"{setting}: scores differ"
 
+
+
+def test_written_by_you():
+    """The copy check (exercises/_copycheck.py): your file must not reach the answer; then one case."""
+    grading.written_by_you(ex)
+    test_finished_and_live_by_hand()

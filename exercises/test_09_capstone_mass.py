@@ -211,3 +211,11 @@ def test_train_fine_tune_and_generate(tmp_path):
             assert score < 0 and len(ids) <= 8 and all(i not in tok.special_ids - {tok.unk_id} for i in ids)
     texts = G.generate_text(model, tok, obj, ["Return the sum of two numbers."], beam_size=2, max_len=8)
     assert isinstance(texts[0], str)
+
+
+def test_written_by_you():
+    """The copy check (exercises/_copycheck.py): your file must not reach objectives/mass.py; then one case."""
+    grading.written_by_you(mod)
+    obj = get_objective("mass", TOK, task="pretrain")
+    assert obj.pretrain_example([[11, 12, 13, 14]], random.Random(0)) is not None, \
+        "a passage of 4 tokens gives an Example"

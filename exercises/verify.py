@@ -1,14 +1,20 @@
-"""Check every exercise grader in both directions: it PASSES on the project's reference, FAILS on the stub.
+"""Check every exercise grader in both directions: it PASSES on the answer key and on honest work, FAILS on
+the stub and on copied work.
 
     python exercises/verify.py              # every grader (CI runs this: .ci/run)
     python exercises/verify.py 03 09        # only the graders whose number or name contains these
     python exercises/verify.py --list       # the graders and the stubs they grade
 
 Every exercises/test_*.py is run by pytest twice, in subprocesses from the repository root:
-    reference   UNIGEN_REFERENCE=1: the grader grades the project's own code (exercises/reference.py);
-                every test must pass (or skip, as the "written by you" checks do)
+    reference   UNIGEN_REFERENCE=1: the grader grades the answer key (exercises/solutions/); every test
+                must pass, and pytest's output must say "graded: the solutions, not your files"
     stub        the untouched student file (exercises/exNN_*.py, capstone_mass.py): pytest must report
                 failures, and NO test may pass (a test that passes on an empty stub grades nothing)
+Then the fixture class (exercises/class_fixture/) is graded by exercises/grade_class.py, students in isolation:
+    honest      written in other words than the key (and with the names of issue 19, item 7): every test
+                passes, nothing is flagged
+    copied_*    the answer key, the project's answer, a reference scorer, or a dynamic trick: flagged
+                ("copied" or "cannot check") and NO test passes
 A grader that does neither is reported with the end of its output, and verify.py exits with status 1.
 The quick graders share one pytest process per direction and the capstone has its own (torch is imported
 four times, not eighteen), two processes at a time (CI has 2 cores); outcomes are read per grader from
@@ -16,8 +22,10 @@ pytest's junit XML. Nothing is written into exercises/: bytecode caches are off 
 pytest's reports go to a temporary folder. The stub direction assumes untouched stubs: in a checkout where a
 student solved an exercise, its stub run "passes" and is reported.
 """
+import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,8 +83,10 @@ def run(group, reference, tmp):
     return rc, outcomes(xml, group), output
 
 
-def judge(reference, rc, counts):
+def judge(reference, rc, counts, output=""):
     """'' if a grader's run is what the contract asks, else why not."""
+    if reference and "graded: the solutions, not your files" not in output:
+        return "the switch's run does not say 'graded: the solutions, not your files'"
     if rc not in (0, 1):
         return f"pytest ended with status {rc} (2-5: interrupted, internal or usage error; -1: timed out)"
     if counts["broken"]:
@@ -92,6 +102,34 @@ def judge(reference, rc, counts):
     if not counts["failed"]:
         return "nothing fails on the stub"
     return ""
+
+
+def check_class(chosen, tmp):
+    """The fixture class through grade_class.py -> [(student, grader, why)] for every broken expectation."""
+    students = ["honest", "copied_key", "copied_project", "copied_dynamic"]
+    folder = Path(tmp) / "class"
+    for s in students:
+        shutil.copytree(HERE / "class_fixture" / s, folder / s)
+    names = [g.stem.removeprefix("test_") for g in chosen]
+    out = Path(tmp) / "class_report"
+    res = subprocess.run([sys.executable, str(HERE / "grade_class.py"), str(folder), "--out", str(out),
+                          "--exercises", *names, "--timeout", "200"], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), timeout=3 * TIMEOUT)
+    if res.returncode != 0:
+        return [("-", "-", f"grade_class.py ended with status {res.returncode}: {res.stderr[-2000:]}")]
+    bad = []
+    with open(f"{out}.csv") as f:
+        for row in csv.DictReader(f):
+            who, grader = row["student"], row["exercise"]
+            if row["first failure"] == "not submitted":
+                continue                              # e.g. no honest capstone: it would train a model
+            passed, total = int(row["passed"] or 0), int(row["total"] or 0)
+            if who == "honest" and (row["flag"] or passed != total or not total):
+                bad.append((who, grader, f"honest work: {passed}/{total} passed, flag {row['flag']!r} "
+                                         f"{row['why flagged']} {row['first failure']}"))
+            if who != "honest" and (not row["flag"] or passed):
+                bad.append((who, grader, f"copied work: {passed}/{total} passed, flag {row['flag']!r}"))
+    return bad
 
 
 def summary(counts):
@@ -116,11 +154,14 @@ def main(argv):
                               [g for g in chosen if "capstone" not in g.stem]) if grp]
     jobs = [(tuple(grp), ref) for grp in groups for ref in (True, False)]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=2) as pool:
+        # the fixture class alongside the graders' runs: grade_class.py grades two students at a time
+        fixture = pool.submit(check_class, chosen, tmp)
         results = dict(zip(jobs, pool.map(lambda job: run(job[0], job[1], tmp), jobs)))
+        class_bad = fixture.result()
     bad = []
     for (group, ref), (rc, counts, output) in results.items():
         for g in group:
-            why = judge(ref, rc, counts[g.stem])
+            why = judge(ref, rc, counts[g.stem], output)
             if why:
                 bad.append((g, ref, why, output))
     for g in chosen:
@@ -138,11 +179,17 @@ def main(argv):
         if id(output) not in shown:
             shown.add(id(output))
             print(f"the end of pytest's output:\n{output[-3000:]}")
+    for who, grader, why in class_bad:
+        print(f"\n--- fixture class, {who}, {grader}: {why}")
+    if not class_bad:
+        print("fixture class: honest work passes unflagged, copied work is flagged and passes nothing")
     elapsed = time.time() - start
-    if bad:
-        print(f"\nverify.py: {len(bad)} of {2 * len(chosen)} grader runs break the contract ({elapsed:.0f} s)")
+    if bad or class_bad:
+        print(f"\nverify.py: {len(bad)} of {2 * len(chosen)} grader runs and {len(class_bad)} fixture rows break "
+              f"the contract ({elapsed:.0f} s)")
         return 1
-    print(f"verify.py: {len(chosen)} grader(s) pass on the reference and fail on the stub ({elapsed:.0f} s)")
+    print(f"verify.py: {len(chosen)} grader(s) pass on the answer key and honest work, fail on the stub and on "
+          f"copied work ({elapsed:.0f} s)")
     return 0
 
 

@@ -176,6 +176,8 @@ class PMLMObjective(Objective):
     max_seq_len = option(0, "bound on the whole sequence with the appended tokens; 0 = no bound")
     target_noise_prob = option(0.5, "fine-tuning: share of visible target tokens noised 80/10/10 "
                                     "(official s2s-ft)")
+    par = option(True, "pre-training with the partially autoregressive part; false = L_AE only, "
+                       "no block appended (4.6, Table 6 '- PAR')")
 
     def check_options(self):
         probabilities = ("mask_prob", "block_prob", "mask_token_prob", "random_token_prob",
@@ -282,6 +284,8 @@ class PMLMObjective(Objective):
         # a kept slot shows its own token to every [P]: it becomes PAR context
         # (docstring, "The 10% kept slots")
         par_blocks = [b for b in ([p for p in blk if p not in kept] for blk in blocks) if b]
+        # the ablation without PAR (4.6, Table 6) appends nothing: the input is BERT's, the loss L_AE
+        par_blocks = par_blocks if self.par else []
         ae_positions = [p for blk in blocks for p in blk]
         return pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks,
                                     self.tok.pseudo_id)
@@ -319,6 +323,10 @@ class PMLMObjective(Objective):
         """L = L_AE (at the masked context slots) + L_PAR (at the [P]s), from ONE forward pass
         (Eq. 7)."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
+        if self.task == "pretrain" and not self.par:
+            loss_ae, acc_ae = lm_loss(model, h, batch.labels, self.label_smoothing,
+                                      batch.labelled(CTX))
+            return loss_ae, {"loss": loss_ae.detach(), "loss_ae": loss_ae.detach(), "acc_ae": acc_ae}
         par = batch.kind == PSEUDO
         # L_PAR (Eq. 6): at the [P]s
         par_labels = batch.labels.masked_fill(~par, -100)

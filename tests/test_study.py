@@ -1,27 +1,164 @@
-"""bench/study.py --tiny: the study's code end to end on a CPU (pre-training at equal corpus tokens, a control,
-fine-tuning, decoding, scores, the table), and resumable: a second run recomputes nothing."""
+"""bench/study.py: --tiny end to end on a CPU with two jobs at once (pre-training at equal corpus
+tokens, a control, fine-tuning, decoding, scores, cells as json lines), interrupted and resumed
+without recomputing a finished cell, then import and report; the scheduler's plan; UniLMv2's AE-only
+ablation (pmlm's `par` option)."""
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import study  # noqa: E402
 
 
-def test_tiny_study_runs_end_to_end_and_resumes(tmp_path):
-    cmd = [sys.executable, "bench/study.py", "--tiny", "--out", str(tmp_path)]
-    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+def run_study(*flags):
+    cmd = [sys.executable, "bench/study.py", *flags]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_tiny_study_two_workers_interrupted_resumed_imported_reported(tmp_path):
+    out = tmp_path / "work"
+    cells = tmp_path / "cells.jsonl"
+    flags = ["--tiny", "--per_gpu", "2", "--out", str(out), "--cells_out", str(cells),
+             "--cache_dir", str(ROOT / ".cache")]
+    # interrupted after the first finished cell: the job in flight is stopped
+    first = run_study(*flags, "--stop_after_cells", "1")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert "0 cells done, 3 to run" in first.stdout
-    study = json.loads((tmp_path / "study.json").read_text())
-    systems = {r["system"] for r in study["rows"]}
-    assert systems == {"pmlm", "palm", "pmlm/no pre-training"}
-    assert all(0 <= r["mean"] <= 100 for r in study["rows"])
-    # equal compute: the two objectives read the same number of corpus tokens, in different numbers of steps
-    cells = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "cells").glob("*.json")}
-    assert "pretrain" not in cells["pmlm_no-pre-training-s0"]
-    assert cells["pmlm-s0"]["pretrain"]["steps"] != cells["palm-s0"]["pretrain"]["steps"]
-    assert all(c["pretrain"]["flops"] > 0 for k, c in cells.items() if "no-pre" not in k)
-    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert second.returncode == 0 and "3 cells done, 0 to run" in second.stdout
-    assert "| pmlm | docsum | rougeL |" in second.stdout
+    assert "1 new cell(s) reached: 1 job(s) in flight stopped" in first.stdout
+    kept = cells.read_text().splitlines()
+    assert len(kept) == 1
+    # resumed: the finished cell is not recomputed
+    second = run_study(*flags)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "1 cells done, 2 to run" in second.stdout
+    lines = cells.read_text().splitlines()
+    assert lines[0] == kept[0] and len(lines) == 3
+    records = [json.loads(line) for line in lines]
+    assert {r["system"] for r in records} == {"pmlm", "palm", "pmlm/no pre-training"}
+    for r in records:
+        assert r["task"] == "docsum" and r["seed"] == 0 and r["card"] == "cpu"
+        assert all(0 <= r["scores"][m]["f"] <= 100 for m in ("rouge1", "rouge2", "rougeL", "bleu"))
+        assert 0 <= r["teacher_forced_acc"] <= 100 and r["finetune"]["flops"] > 0
+        assert len(r["examples"]) == 3 and set(r["examples"][0]) == {"source", "reference", "output"}
+    by = {r["system"]: r for r in records}
+    # equal compute: the two objectives read the same corpus tokens, in different numbers of steps
+    assert by["pmlm/no pre-training"]["pretrain"] is None
+    assert by["pmlm"]["pretrain"]["steps"] != by["palm"]["pretrain"]["steps"]
+    assert by["pmlm"]["pretrain"]["flops"] > 0 and by["palm"]["pretrain"]["flops"] > 0
+    third = run_study(*flags)
+    assert third.returncode == 0 and "3 cells done, 0 to run" in third.stdout
+    assert "| pmlm | 1 |" in third.stdout
+    # import splits the json lines into cell files; report writes the page from them
+    folder = tmp_path / "committed"
+    imported = run_study("import", str(cells), "--cells", str(folder))
+    assert imported.returncode == 0 and "3 new" in imported.stdout, imported.stderr
+    assert (folder / "pmlm__docsum__seed0.json").exists()
+    page = tmp_path / "page.md"
+    reported = run_study("report", "--cells", str(folder), "--page", str(page))
+    assert reported.returncode == 0, reported.stderr
+    text = page.read_text()
+    assert "| pmlm | 1 |" in text and "| unilm | not run yet |" in text
+    assert "**palm, docsum**" in text
+
+
+def test_user_mistakes_are_one_line():
+    bad = run_study("--only", "pmlm,nonsense", "--tiny")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().startswith("study.py: error: --only: unknown system(s) ['nonsense']")
+    missing = run_study("import", "no/such/file.jsonl")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+
+
+def test_plan_shares_pretraining_and_puts_seed_zero_first(tmp_path):
+    args = study.parse_args(["--out", str(tmp_path), "--only",
+                             "ernie_gen,ernie_gen/ft noise 0,palm/no pre-training"])
+    names = study.systems_of(args)
+    assert names == ["ernie_gen", "palm/no pre-training", "ernie_gen/ft noise 0"]
+    todo = study.wanted_cells(names, ["gigaword"], args.seeds)
+    # the diagnostic runs one seed
+    assert ("ernie_gen/ft noise 0", "gigaword", 1) not in todo
+    jobs = study.plan(todo, args)
+    pres = [j for j in jobs if j[0] == "pre"]
+    # one pre-training per seed serves ernie_gen and its fine-tuning diagnostic; none for a control
+    assert pres == [("pre", "ernie_gen", 0), ("pre", "ernie_gen", 1), ("pre", "ernie_gen", 2)]
+    assert study.pre_of(("ft", "ernie_gen/ft noise 0", "gigaword", 0)) == ("pre", "ernie_gen", 0)
+    assert study.next_job(jobs, args) == ("ft", "palm/no pre-training", "gigaword", 0)
+    # a pre-training done on this machine is not planned again
+    (study.pre_dir(args, "ernie_gen", 0)).mkdir(parents=True)
+    (study.pre_dir(args, "ernie_gen", 0) / "done.json").write_text("{}")
+    assert ("pre", "ernie_gen", 0) not in study.plan(todo, args)
+    assert study.ready(("ft", "ernie_gen/ft noise 0", "gigaword", 0), args)
+
+
+def test_cells_round_trip_and_other_settings_are_ignored(tmp_path, capsys):
+    cfg = study.settings(study.parse_args(["--tiny"]))
+    cell = dict(system="ernie_gen/no span flow", task="gigaword", seed=2,
+                settings=study.settings_key(cfg))
+    assert study.cell_stem(cell["system"], "gigaword", 2) == "ernie_gen-no-span-flow__gigaword__seed2"
+    study.write_cell(tmp_path / "a.jsonl", cell)
+    study.write_cell(tmp_path / "dir", cell)
+    assert study.read_cells(tmp_path / "a.jsonl") == study.read_cells(tmp_path / "dir")
+    other = dict(cell, seed=1, settings=dict(cell["settings"], batch=999))
+    study.write_cell(tmp_path / "dir", other)
+    done = study.done_cells([tmp_path / "dir", ""], cfg)
+    assert list(done) == ["ernie_gen-no-span-flow__gigaword__seed2"]
+    assert "1 cell(s) ran with other settings" in capsys.readouterr().out
+
+
+def test_every_ablation_names_a_system_and_every_objective_a_control():
+    for name, spec in study.SYSTEMS.items():
+        # --only takes a comma-separated list
+        assert "," not in name
+        assert spec["ablation_of"] in (None, *study.SYSTEMS), name
+        assert spec["pretrained_as"] in (None, *study.SYSTEMS), name
+    for objective in study.COLORS:
+        assert study.SYSTEMS[f"{objective}/no pre-training"]["control"]
+
+
+def test_pmlm_ae_only_appends_nothing_and_is_l_ae():
+    """UniLMv2 4.6, Table 6 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
+    import data
+    import model as M
+    from objectives import get_objective
+    from objectives.masks import ORIG, PSEUDO
+    tok, splits, _ = data.prepare_pretrain(None, 2048, str(ROOT / ".cache"), max_tokens=61,
+                                           progress=False)
+    full = get_objective("pmlm", tok, max_len=64)
+    ae = get_objective("pmlm", tok, max_len=64, par=False)
+    examples = splits["train"][:4]
+    b_full = full.make_batch(examples, random.Random(0))
+    b_ae = ae.make_batch(examples, random.Random(0))
+    appended = (ORIG, PSEUDO)
+    assert not any(bool((b_ae.kind == k).any()) for k in appended)
+    assert all(bool((b_full.kind == k).any()) for k in appended)
+    n = b_ae.input_ids.size(1)
+    real = b_ae.input_ids != tok.pad_id
+    # the context part is the same draw; equal corpus tokens
+    assert torch.equal(b_ae.input_ids[real], b_full.input_ids[:, :n][real])
+    assert ae.corpus_tokens(b_ae) == full.corpus_tokens(b_full)
+    torch.manual_seed(0)
+    model = M.Transformer(M.ModelConfig(**{**M.PRESETS["tiny"], **ae.model_defaults,
+                                           "vocab_size": len(tok)})).eval()
+    loss, metrics = ae.loss(model, b_ae)
+    assert set(metrics) == {"loss", "loss_ae", "acc_ae"} and torch.isfinite(loss)
+    _, full_metrics = full.loss(model, b_full)
+    # the AE loss sees a context no [P] row changes: the same value in both layouts
+    assert float(metrics["loss_ae"]) == pytest.approx(float(full_metrics["loss_ae"]), abs=1e-4)
+
+
+def test_pmlm_par_option_does_not_change_fine_tuning():
+    import data
+    from objectives import get_objective
+    tok, _, _ = data.prepare_pretrain(None, 2048, str(ROOT / ".cache"), progress=False)
+    pair = [(tok.encode("a source text"), tok.encode("a target"))]
+    a = get_objective("pmlm", tok, task="seq2seq", max_len=64).make_batch(pair, random.Random(1))
+    b = get_objective("pmlm", tok, task="seq2seq", max_len=64, par=False).make_batch(
+        pair, random.Random(1))
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.labels, b.labels)

@@ -1,6 +1,9 @@
-"""The project's own code behind each exercise's names: what a grader grades with UNIGEN_REFERENCE=1.
+"""The answer key: the project's own code behind each exercise's names, what a grader grades with
+UNIGEN_REFERENCE=1 (and then says so: "graded: the solutions, not your files").
 
-For teachers (and for students who are done: reading this is reading the answers). Each entry below is the
+For teachers (and for students who are done: reading this is reading the answers). A student's file that
+imports this package, however it does it, is flagged as copied by the copy check (exercises/_copycheck.py), and
+the class grader (exercises/grade_class.py) does not even copy it next to the students' files. Each entry below is the
 exercise's contract served by the project's implementation, adapted to the exercise's signature and nothing
 more, so that a grader passing here means the grader agrees with the project. Exercise 7 has no one function
 in generate.py to point at (beam_search runs the step inside its loop over a batch of sources): its entry is

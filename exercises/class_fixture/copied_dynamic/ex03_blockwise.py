@@ -1,0 +1,2 @@
+"""Dynamic: exec of a string."""
+exec("from objectives.pmlm import blockwise_masking")

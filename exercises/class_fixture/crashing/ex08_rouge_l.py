@@ -1,0 +1,3 @@
+"""Does not parse."""
+def lcs_length(a, b)
+    return 0

@@ -1,0 +1,257 @@
+"""Grade a class: every student's files, each student in isolation, with a time limit, into one table.
+
+    python exercises/grade_class.py SUBMISSIONS/ --out report            # -> report.csv and report.md
+    python exercises/grade_class.py SUBMISSIONS/ --out report --exercises 02 08 --timeout 120 --jobs 2
+
+SUBMISSIONS/ holds one sub-folder per student, with files named like the stubs (ex02_unilm_mask.py, ...,
+capstone_mass.py); a file that is missing is "not submitted" and its graders are not run. For each student:
+
+1. the copy check (exercises/_copycheck.py) reads each file, without running it: "copied" (it reaches the
+   exercise's answer, the answer key or a reference scorer) or "cannot check" (a dynamic trick), with why;
+2. a temporary copy of exercises/ (the graders, the stubs, the helpers; NOT the answer key exercises/solutions/)
+   gets the student's files in place of the stubs, and pytest runs the student's graders there in a subprocess,
+   the project's modules importable, UNIGEN_REFERENCE off;
+3. a time limit per pytest run: a grader still running then is "timed out", a process that dies is "crashed",
+   and the graders not reached yet run again in a fresh process (one hanging exercise costs only itself).
+
+One row per (student, grader): tests passed / total, the flag and why, the first failure message (one line).
+Ctrl-C writes the table of the students done so far. What it leaves out: a student given as loose files (one
+folder per student), similarity between students, and the capstone's cost (it trains a model: about a minute a
+student; leave it out with --exercises).
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from tqdm import tqdm
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+from exercises import _copycheck  # noqa: E402  (after the project is on the path)
+
+LOAD_LIMIT = 300             # seconds for pytest to import the files and collect, on a busy machine
+COLUMNS = ("student", "exercise", "file", "passed", "total", "flag", "why flagged", "first failure")
+
+# A pytest plugin, written next to the student's copy: one JSON line per test started and per outcome, flushed
+# at once, so that a run killed at its time limit still says what it finished and where it hung
+LOG_PLUGIN = '''
+import json, os, threading
+LOG = open(os.environ["UNIGEN_CLASS_LOG"], "a", buffering=1)
+LIMIT = float(os.environ["UNIGEN_CLASS_LIMIT"])
+_timer = [None]
+
+def _write(**row):
+    LOG.write(json.dumps(row) + "\\n")
+
+def pytest_runtest_logstart(nodeid, location):
+    _write(event="start", nodeid=nodeid)
+    def expire():                       # a test past its limit: say so, and end the process
+        _write(event="timeout", nodeid=nodeid)
+        os._exit(124)
+    _timer[0] = threading.Timer(LIMIT, expire)
+    _timer[0].daemon = True
+    _timer[0].start()
+
+def pytest_runtest_logfinish(nodeid, location):
+    _timer[0].cancel()
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(report.longrepr or "")
+        _write(event="outcome", nodeid=report.nodeid, when=report.when, outcome=report.outcome, message=text)
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write(event="collect_error", nodeid=report.nodeid, message=str(report.longrepr)[-2000:])
+'''
+
+
+def fail(msg):
+    print(f"grade_class.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def graders(chosen=None):
+    """[(grader stem, the stub it grades)], in order; `chosen` filters by number or name."""
+    out = []
+    for g in sorted(HERE.glob("test_*.py")):
+        stub = re.search(r'grading\.load\("(\w+)"\)', g.read_text())
+        if stub and (not chosen or any(c in g.stem for c in chosen)):
+            out.append((g.stem, stub.group(1)))
+    return out
+
+
+def one_line(message):
+    """The first informative line of a failure message."""
+    lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    if line.endswith(":") and len(lines) > 1:            # "... the first:" announces the line that says it
+        line += " " + lines[1]
+    line = re.sub(r"^(AssertionError|E\s+AssertionError):\s*", "", line)
+    return line[:300]
+
+
+def copy_of_exercises(tmp, files):
+    """tmp/exercises: the graders and helpers, the student's files in place of the stubs; no answer key."""
+    dest = tmp / "exercises"
+    dest.mkdir()
+    for f in HERE.glob("*.py"):
+        if f.name not in ("verify.py", "grade_class.py"):
+            shutil.copy(f, dest / f.name)
+    for name, path in files.items():
+        shutil.copy(path, dest / f"{name}.py")
+    (tmp / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n"
+                                    "filterwarnings =\n    ignore::DeprecationWarning\n")
+    (tmp / "_class_log.py").write_text(LOG_PLUGIN)
+    if (ROOT / ".cache").exists():                      # the capstone's tokenized corpus, shared
+        (tmp / ".cache").symlink_to(ROOT / ".cache")
+
+
+def run_graders(tmp, stems, limit):
+    """pytest over the graders, again on those not reached after a time-out or crash -> {stem: result}."""
+    results, todo = {}, list(stems)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp), str(ROOT)]), UNIGEN_REFERENCE="0",
+               PYTHONDONTWRITEBYTECODE="1", UNIGEN_CLASS_LOG=str(tmp / "log.jsonl"), UNIGEN_CLASS_LIMIT=str(limit))
+    while todo:
+        (tmp / "log.jsonl").write_text("")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "_class_log", "--continue-on-collection-errors",
+               *(f"exercises/{s}.py" for s in todo)]
+        try:
+            # the plugin limits each test; this limit only catches a file that hangs while it is imported
+            proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True,
+                                  timeout=LOAD_LIMIT + limit * 50)
+            status = proc.returncode
+        except subprocess.TimeoutExpired:
+            status = None
+        rows = [json.loads(ln) for ln in (tmp / "log.jsonl").read_text().splitlines() if ln.strip()]
+        per = {s: {"passed": 0, "total": 0, "failure": "", "started": False} for s in todo}
+        last = None
+        for row in rows:
+            stem = Path(row["nodeid"].split("::")[0]).stem
+            if stem not in per:
+                continue
+            r = per[stem]
+            if row["event"] == "start":
+                r["started"], r["total"], last = True, r["total"] + 1, stem
+            elif row["event"] == "collect_error":
+                r["started"], r["failure"] = True, "the grader could not load: " + one_line(row["message"])
+            elif row["event"] == "timeout":
+                status = "timeout"
+            elif row["when"] == "call" or row["outcome"] != "passed":
+                r["passed"] += row["outcome"] == "passed"
+                if not r["failure"] and row["outcome"] == "failed":
+                    r["failure"] = f"{row['nodeid'].split('::')[-1]}: {one_line(row['message'])}"
+        ended = {None: "timed out while loading the files", "timeout": f"timed out after {limit:g} s"}.get(status)
+        if ended is None and status not in (0, 1, 5):
+            ended = f"crashed (exit status {status})"
+        if ended and last is None:                       # no test even started: the files hang or kill on load
+            for s in todo:
+                results[s] = dict(per[s], failure=ended)
+            break
+        for s in todo:
+            if per[s]["started"] and (not ended or s != last):
+                results[s] = per[s]
+        if ended:
+            results[last] = dict(per[last], failure=f"{ended} in a test of {last}" +
+                                 (f"; before: {per[last]['failure']}" if per[last]["failure"] else ""))
+        todo = [s for s in todo if s not in results]
+        if not ended:                                     # a grader that never started: report, do not loop
+            for s in todo:
+                results[s] = dict(per[s], failure="not run (pytest did not reach it)")
+            break
+    return results
+
+
+def grade_student(folder, chosen, timeout):
+    """One student's rows of the table."""
+    stubs = {stub for _, stub in chosen}
+    files = {stub: folder / f"{stub}.py" for stub in stubs if (folder / f"{stub}.py").is_file()}
+    flags = {stub: _copycheck.check_file(path, stub) for stub, path in files.items()}
+    with tempfile.TemporaryDirectory(prefix="grade_class_") as tmp:
+        tmp = Path(tmp)
+        copy_of_exercises(tmp, files)
+        results = run_graders(tmp, [g for g, stub in chosen if stub in files], timeout) if files else {}
+    rows = []
+    for grader, stub in chosen:
+        row = dict(student=folder.name, exercise=grader.removeprefix("test_"), file=f"{stub}.py")
+        if stub not in files:
+            rows.append(dict(row, passed="", total="", flag="", **{"why flagged": "",
+                                                                   "first failure": "not submitted"}))
+            continue
+        r, found = results[grader], flags[stub]
+        why = "; ".join(str(f) for f in found[:2])
+        rows.append(dict(row, passed=r["passed"], total=r["total"], flag=_copycheck.verdict(found),
+                         **{"why flagged": why, "first failure": r["failure"]}))
+    return rows
+
+
+def write_report(rows, out):
+    """out.csv and out.md."""
+    with open(f"{out}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in rows]
+    Path(f"{out}.md").write_text("# Class report\n\n" + "\n".join(lines) + "\n")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="grade_class.py", description=__doc__.split("\n")[0])
+    p.add_argument("submissions", help="a folder with one sub-folder of files per student")
+    p.add_argument("--out", default="report", help="the report's path without extension (.csv and .md)")
+    p.add_argument("--exercises", nargs="*", default=None, help="graders by number or name (default: all)")
+    p.add_argument("--timeout", type=float, default=180,
+                   help="seconds for one test (the capstone's training test takes about a minute)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="students graded at once")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    folder = Path(args.submissions)
+    if not folder.is_dir():
+        fail(f"{folder} is not a folder (give a folder with one sub-folder per student)")
+    students = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    if not students:
+        fail(f"{folder} has no student sub-folders")
+    chosen = graders(args.exercises)
+    if not chosen:
+        fail(f"no grader matches {args.exercises}")
+    if not Path(args.out).resolve().parent.is_dir():
+        fail(f"the folder of --out {args.out} does not exist")
+    if args.timeout <= 0 or args.jobs < 1:
+        fail("--timeout must be > 0 and --jobs >= 1")
+    done, start = {}, time.time()
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        futures = {pool.submit(grade_student, s, chosen, args.timeout): s for s in students}
+        for fut in tqdm(as_completed(futures), total=len(futures), desc="students", unit="student"):
+            done[futures[fut].name] = fut.result()
+    except KeyboardInterrupt:
+        # the students not started are dropped; the running pytest processes got the Ctrl-C too
+        pool.shutdown(wait=False, cancel_futures=True)
+        print(f"grade_class.py: interrupted: writing the {len(done)} student(s) done", file=sys.stderr)
+    else:
+        pool.shutdown()
+    rows = [r for s in students if s.name in done for r in done[s.name]]
+    write_report(rows, args.out)
+    print(f"grade_class.py: {len(done)} of {len(students)} student(s), {len(chosen)} grader(s) "
+          f"({time.time() - start:.0f} s): {args.out}.csv, {args.out}.md")
+    return 0 if len(done) == len(students) else 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
