@@ -22,7 +22,7 @@ position S_b + r - 1. The cached decoder runs only the columns not yet in the ca
 `use_cache=False` (--no_cache) recomputes every column every step with the very same ids,
 positions, segments and mask: the reference the tests hold the cache to. Sources of different
 lengths are right-padded; each row's target starts at its own S_b and padding keys are never
-attended. notebooks/decoding.ipynb and ernie_gen.ipynb trace the steps.
+attended. notebooks/06_decoding.ipynb and 04_ernie_gen.ipynb trace the steps.
 
 On CUDA (cuda_graph=None, the default) the cached steps run in the GPU speed layer instead:
 fast.StaticStep keeps every shape fixed and replays each step as a CUDA graph (at base size a step

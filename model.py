@@ -30,8 +30,8 @@ first n new tokens.
 The GPU speed layer is fast.py, reached by two switches: `attn_impl="flex"` (FlexAttention) and
 `fast.speed_up(model)` (train.py on CUDA: a faster relative-bias backward, compiled copy scores and
 blocks); each of its pieces equals a readable function here. On a CPU nothing here uses it.
-The masks, the pointer-generator and the KV cache are drawn and traced in notebooks/masks.ipynb,
-palm.ipynb and decoding.ipynb.
+The masks, the pointer-generator and the KV cache are drawn and traced in notebooks/02_masks.ipynb,
+05_palm.ipynb and 06_decoding.ipynb.
 
 Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; this is the papers'
 BERT backbone (pre-LN for stable training from scratch, which the papers' post-LN BERT is not; say

@@ -1,6 +1,6 @@
 """Exercise 3: UniLMv2's blockwise masking, Algorithm 1 (about 40 minutes).
 
-Read first: notebooks/pmlm.ipynb, then objectives/pmlm.py's module docstring (points 1 and 2).
+Read first: notebooks/03_pmlm.ipynb, then objectives/pmlm.py's module docstring (points 1 and 2).
 Grade it:   python -m pytest exercises/test_03_blockwise.py
 
 UniLMv2 (Bao et al. 2020, section 3.1.2, Algorithm 1) masks whole BLOCKS of tokens, not single ones, so that

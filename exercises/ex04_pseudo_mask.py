@@ -1,6 +1,6 @@
 """Exercise 4: UniLMv2's pseudo-masked attention mask, from token kinds and factorization steps (about 40 minutes).
 
-Read first: notebooks/pmlm.ipynb, then objectives/pmlm.py's module docstring and objectives/masks.py
+Read first: notebooks/03_pmlm.ipynb, then objectives/pmlm.py's module docstring and objectives/masks.py
 (the kinds, and the picture in pseudo_masked's docstring). Do exercise 3 first.
 Grade it:   python -m pytest exercises/test_04_pseudo_mask.py
 

@@ -1,6 +1,6 @@
 """Exercise 5: ERNIE-GEN's span-by-span generation flow, as one attention mask (about 40 minutes).
 
-Read first: notebooks/ernie_gen.ipynb, then objectives/ernie_gen.py's module docstring and masks.multi_flow's
+Read first: notebooks/04_ernie_gen.ipynb, then objectives/ernie_gen.py's module docstring and masks.multi_flow's
 picture. Do exercise 2 first: the contextual flow below is its seq2seq mask.
 Grade it:   python -m pytest exercises/test_05_span_flow.py
 

@@ -1,6 +1,6 @@
 """Exercise 6: PALM's pointer-generator mixture (about 40 minutes).
 
-Read first: notebooks/palm.ipynb, then model.PointerGenerator's docstring and objectives/palm.py.
+Read first: notebooks/05_palm.ipynb, then model.PointerGenerator's docstring and objectives/palm.py.
 Grade it:   python -m pytest exercises/test_06_pointer.py
 
 PALM (Bi et al. 2020, section 2.3, after See et al. 2017) lets the decoder COPY words from the context instead

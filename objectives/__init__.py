@@ -299,7 +299,7 @@ class Objective:
             extras["source_width"] = S
             rows = [self._aligned(row, S) for row in rows]
         L = max((len(row) for row in rows), default=0)
-        # lengths rounded up to a multiple: fewer distinct shapes for torch.compile
+        # lengths rounded up to a multiple: fewer distinct shapes for the compiled blocks (fast.py)
         # (train.py sets it on CUDA)
         L = -(-L // self.pad_multiple) * self.pad_multiple
         column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)

@@ -19,8 +19,8 @@ the same computation):
                                                                   j in span [b, e) (M_S)
 
 `separate_flows` is the naive reading of Eq. 2-6: the three flows computed apart, layer by layer,
-with the model's own weights; the tests (and notebooks/ernie_gen.ipynb) hold the one sequence equal
-to it.
+with the model's own weights; the tests (and notebooks/04_ernie_gen.ipynb) hold the one sequence
+equal to it.
 
 Pre-training (3.1). Per passage draw D_i from D = {U(1,4) p 0.4, U(4,32) p 0.6}, then draw fragments
 until gamma = 25% of the passage's tokens are used. A fragment's length is drawn in tokens, starts

@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,10 +105,17 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, corpus, monke
     assert torch.load(tmp_path / "nan" / "ckpt.pt", weights_only=False)["step"] == 2
 
 
+def free_port():
+    """A port nobody listens on now (a fixed one collides with a second test run on the same machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def test_torchrun_ddp_two_cpu_ranks_stay_identical(tmp_path, corpus):
     """`torchrun --nproc_per_node 2 train.py --objective pmlm` on CPU (gloo): runs, syncs, replicas identical."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
            str(ROOT / "train.py"), "--objective", "pmlm", "--max_steps", "4", "--device", "cpu", *TINY,
            "--data", str(corpus), "--out_dir", str(tmp_path / "ddp"), "--cache_dir", str(tmp_path / "cache")]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -129,7 +137,7 @@ KILLABLE = ["--objective", "pmlm", "--n_layer", "2", "--n_embd", "64", "--n_head
 
 def train_cmd(ddp=False):
     if ddp:
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
                 str(ROOT / "train.py"), "--device", "cpu"]
     return [sys.executable, str(ROOT / "train.py")]
 
