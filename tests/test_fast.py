@@ -12,16 +12,8 @@ import generate as G
 import model as M
 from objectives import get_objective
 from tests.helpers import tiny_model
-from tests.test_generate import EOS, NAMES, TOK, make_model, sources
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is ~10x faster than two on a loaded 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# one_thread: test_generate's autouse fixture (tiny tensors run faster on one intra-op thread)
+from tests.test_generate import EOS, NAMES, TOK, make_model, one_thread, sources  # noqa: F401
 
 
 # --- the relative bias ------------------------------------------------------------------------------------------
