@@ -1,12 +1,13 @@
-"""train.py's settings: the table of training flags, how `--key value` flags are read and checked,
-and how the settings a flag did not give are filled in (the preset's recipe, a resumed run's own,
-a checkpoint's model shape).
+"""train.py's command line: the table of training flags, how `--key value` flags are read and
+checked, how the settings a flag did not give are filled in (the preset's recipe, a resumed run's
+own, a checkpoint's model shape and vocabulary), and the commands a run prints at its end.
 
     cfg, model_flags, obj_flags, given = parse_args(["--objective", "pmlm", "--lr", "3e-4"])
     check_settings(cfg)                              # every value in range, before anything runs
     model_dict = model_settings(cfg, model_flags)   # preset + what the objective needs + flags
     resolve_defaults(cfg, model_dict, given)        # the recipe, seq_len, label_smoothing
     ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given)  # --resume, --init_from
+    tok = starting_tokenizer(cfg, ckpt)              # the checkpoint's or --vocab's, or None
     print(help_text(["--objective", "palm"]))       # what `train.py --objective palm --help` says
 
 One mechanism for every setting (nanoGPT's): a `--key value` flag for each field of TrainConfig
@@ -20,9 +21,11 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import data
 import model as M
 from model import setting
 from objectives import OBJECTIVES, objective_class
+from tokenizer import WordPiece
 from utils import UsageError, read_checkpoint
 
 
@@ -307,6 +310,18 @@ def start_point(cfg, model_flags, obj_flags, given):
     return ckpt, cfg, dict(obj_flags)
 
 
+def starting_tokenizer(cfg, ckpt):
+    """The checkpoint's vocabulary, or --vocab's, or None (data.py trains one)."""
+    if cfg.vocab:
+        try:
+            return WordPiece.from_file(cfg.vocab)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--vocab: {e}") from None
+    if ckpt is not None:
+        return WordPiece(ckpt["vocab"], ckpt.get("lowercase", True))
+    return None
+
+
 def check_compatible(ckpt, model_cfg, tok, path):
     """Refuse a checkpoint whose vocabulary or model shape differs, naming the difference."""
     if ckpt["vocab"] != tok.vocab:
@@ -321,6 +336,32 @@ def check_compatible(ckpt, model_cfg, tok, path):
              if theirs.get(k) != ours[k]]
     if diffs:
         raise UsageError(f"{path} does not fit this model: " + "; ".join(diffs))
+
+
+# --------------------------------------------------------------------------------------------------
+# The commands a run prints at its end
+
+
+def resume_command(cfg, world):
+    launcher = f"torchrun --nproc_per_node {world} train.py" if world > 1 else "python train.py"
+    return f"{launcher} --resume --out_dir {out_dir_of(cfg)}"
+
+
+def next_command(cfg):
+    """What to try after a run: fine-tune a pre-trained model, or generate with a fine-tuned one on
+    the held-out sources of the data it was fine-tuned on."""
+    ckpt = out_dir_of(cfg) / "ckpt.pt"
+    if cfg.task == "pretrain":
+        return (f"python train.py --objective {cfg.objective} --task seq2seq "
+                f"--init_from {ckpt} --max_steps 1000")
+    if not cfg.data:
+        return ("python data.py export --out docsum && "
+                f"python generate.py --ckpt {ckpt} --input docsum/test.src "
+                "--output docsum/test.hyp --beam 5 --min_len 6 --max_len 32")
+    sources = data.seq2seq_sources(cfg.data)
+    split = next(s for s in ("test", "valid", "train") if s in sources)
+    return (f"python generate.py --ckpt {ckpt} --input {sources[split]} "
+            f"--output {out_dir_of(cfg) / (split + '.hyp')} --beam 5")
 
 
 # --------------------------------------------------------------------------------------------------

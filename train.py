@@ -2,36 +2,26 @@
 
     python train.py --objective pmlm    # the main job: tiny model, embedded corpus, a laptop CPU
     python train.py --help              # every setting, with the value this run would use
-    torchrun --nproc_per_node 2 train.py --objective pmlm --out_dir out/pmlm-ddp  # the same on 2 processes
-    python train.py --task seq2seq --init_from out/pmlm-pretrain/ckpt.pt          # fine-tune on the docsum task
-    python train.py --resume --out_dir out/pmlm-pretrain                          # continue a run exactly
+    torchrun --nproc_per_node 2 train.py --objective pmlm --out_dir out/pmlm-ddp  # 2 processes
+    python train.py --task seq2seq --init_from out/pmlm-pretrain/ckpt.pt  # fine-tune: docsum
+    python train.py --resume --out_dir out/pmlm-pretrain                  # continue exactly
 
-Every setting is a `--key value` flag (nanoGPT style, one mechanism, config.py): the training
-settings (config.TrainConfig), any model.ModelConfig field (`--n_layer 4 --attn_impl naive`), and
-the chosen objective's options (declared in its class, e.g. objectives/pmlm.py). An unknown key,
-or a value out of range, is a one-line error (exit status 2).
+Every setting is a `--key value` flag (config.py): the training settings (config.TrainConfig), any
+model.ModelConfig field (`--n_layer 4 --attn_impl naive`), and the chosen objective's options
+(declared in its class, e.g. objectives/pmlm.py). A mistake is one line, exit status 2.
 
-The run, in the order this file reads:
-  1. settings       flags -> TrainConfig, model fields, objective options; all checked before
-                    anything runs (config.py)
-  2. distributed    under torchrun (RANK in the environment): DDP, NCCL on GPUs, gloo on CPUs
-  3. start point    fresh, --resume (every setting restored from the checkpoint) or --init_from
-                    (fine-tuning)
-  4. data           vocabulary and tokenized corpus, built on first use and cached (data.py);
-                    what the objective prepares from them (its `prepare` hook)
-  5. model          preset + what the objective needs + the flags (or the checkpoint's shapes);
-                    on a GPU, the fast layer
-  6. optimizer      AdamW, linear warmup then linear decay, gradient accumulation and clipping,
-                    bf16 on CUDA
+The run, in the order this file reads (main, at the end, calls the phases in turn):
+  1. settings       flags -> TrainConfig, model fields, objective options, all checked (config.py)
+  2. distributed    under torchrun: DDP, NCCL on GPUs, gloo on CPUs (utils.setup_distributed)
+  3. start point    fresh, --resume (the checkpoint's own settings) or --init_from (fine-tuning)
+  4. data           vocabulary and tokenized corpus, cached (data.py); the objective's `prepare`
+  5. model          preset + what the objective needs + the flags; on a GPU, the fast layer
+  6. optimizer      AdamW, linear warmup then linear decay, accumulation, clipping, bf16 on CUDA
   7. the loop       batches (data.StepBatches) -> loss (LossModule) -> backward -> step; log
                     (tqdm + metrics.jsonl), evaluate, checkpoint
-  8. the end        Ctrl-C / SIGTERM, --stop_at, --time_limit or max_steps: a checkpoint, and
-                    what to run next
-Checkpoints are written atomically and hold only tensors and plain values (utils.save_checkpoint);
-a run never overwrites a finished run's checkpoint unless told to (--resume continues it,
---overwrite replaces it).
-Under DDP each rank reads its own shard of every epoch, gradients are synced on the last
-micro-step only, and only rank 0 logs and writes.
+  8. the end        Ctrl-C / SIGTERM, --stop_at, --time_limit or max_steps: a checkpoint (written
+                    atomically), and what to run next
+docs/how-it-fits-together.md follows `--objective pmlm` through these phases to the loss.
 
 Left out: multi-node launching (torchrun's own --nnodes does it), FSDP/tensor parallelism,
 fp16 loss scaling.
@@ -43,8 +33,9 @@ import random
 import signal
 import sys
 import time
+from collections import Counter
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -55,71 +46,31 @@ import data
 import fast
 import model as M
 from config import (PASSAGE_SPECIALS, TrainConfig, check_compatible, check_settings, help_text,
-                    model_settings, out_dir_of, parse_args, resolve_defaults, start_point)
+                    model_settings, next_command, out_dir_of, parse_args, resolve_defaults,
+                    resume_command, start_point, starting_tokenizer)
 from objectives import Objective, fills_example, get_objective, objective_class
 from tokenizer import WordPiece
-from utils import UsageError, atomic_write, exit_with_error, pick_device, save_checkpoint
+from utils import (Dist, UsageError, check_replicas_agree, exit_with_error, master_first,
+                   open_log, save_checkpoint, setup_distributed)
 
 # 1. Settings: config.py (TrainConfig, parse_args, check_settings, resolve_defaults, help_text)
+# 2. Distributed set-up: utils.setup_distributed (torchrun's RANK / WORLD_SIZE)
 # 3. Start point: config.start_point (a fresh run, a run to resume, or a checkpoint to fine-tune)
-
-
-# --------------------------------------------------------------------------------------------------
-# 2. Distributed set-up: torchrun puts RANK / LOCAL_RANK / WORLD_SIZE in the environment
-
-
-@dataclass
-class Dist:
-    ddp: bool
-    rank: int
-    world: int
-    device: torch.device
-
-    @property
-    def master(self):
-        return self.rank == 0
-
-
-def setup_distributed(device_name):
-    device = pick_device(device_name)
-    if "RANK" not in os.environ:
-        return Dist(False, 0, 1, device)
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    if device.type == "cuda":
-        device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}")
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        dist.init_process_group("gloo")
-    return Dist(True, rank, world, device)
 
 
 # --------------------------------------------------------------------------------------------------
 # 4. Data
 
 
-def prepare_data(cfg, obj_opts, tok, dist_):
-    """-> (tokenizer, {"train", "valid"} examples, objective options, info). Rank 0 builds the
-    caches first, the others then read them."""
-    for turn in ((0, 1) if dist_.ddp else (0,)):
-        if dist_.master == (turn == 0):
-            tok, splits, obj_opts, info = load_data(cfg, obj_opts, tok,
-                                                    show=cfg.progress and dist_.master)
-        if dist_.ddp:
-            dist.barrier()
-    return tok, splits, obj_opts, info
-
-
 def load_data(cfg, obj_opts, tok, show):
-    """The corpus (pretrain) or the (source, target) pairs (seq2seq), then what the objective
-    prepares from the training split (objectives.Objective.prepare: ERNIE-GEN's span vocabulary)."""
+    """-> (tokenizer, {"train", "valid"} examples, objective options, info): the corpus
+    (pretrain) or the (source, target) pairs (seq2seq), then what the objective prepares from the
+    training split (its `prepare` hook)."""
     source = cfg.data or None
     if cfg.task == "pretrain":
         tok, splits, info = data.prepare_pretrain(source, cfg.vocab_size, cfg.cache_dir,
                                                   max_tokens=cfg.seq_len - PASSAGE_SPECIALS,
-                                                  tokenizer=tok,
-                                                  progress=show,
+                                                  tokenizer=tok, progress=show,
                                                   one_per_line=cfg.one_document_per_line)
         cache = info["cache_path"]
     else:
@@ -134,37 +85,22 @@ def load_data(cfg, obj_opts, tok, show):
     return tok, splits, obj_opts, info
 
 
-def starting_tokenizer(cfg, ckpt):
-    """The checkpoint's vocabulary, or --vocab's, or None (data.py trains one)."""
-    if cfg.vocab:
-        try:
-            return WordPiece.from_file(cfg.vocab)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"--vocab: {e}") from None
-    if ckpt is not None:
-        return WordPiece(ckpt["vocab"], ckpt.get("lowercase", True))
-    return None
-
-
 # --------------------------------------------------------------------------------------------------
 # 5. Model
 
 
 def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
     """-> (model on its device, objective); a checkpoint's weights loaded (strictly when
-    resuming)."""
+    resuming: fine-tuning may add a head the pre-trained model did not have)."""
     try:
         model_cfg = M.ModelConfig.from_dict({**model_dict, "vocab_size": len(tok)})
         objective = get_objective(cfg.objective, tok, task=cfg.task, max_len=model_cfg.max_position,
                                   label_smoothing=cfg.label_smoothing, **obj_opts)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if ckpt is not None:
-        check_compatible(ckpt, model_cfg, tok, cfg.init_from or out_dir_of(cfg) / "ckpt.pt")
     model = M.Transformer(model_cfg).to(dist_.device)
     if ckpt is not None:
-        # fine-tuning may add a head the pre-trained model did not have (PALM's copy head):
-        # strict only on resume
+        check_compatible(ckpt, model_cfg, tok, cfg.init_from or out_dir_of(cfg) / "ckpt.pt")
         missing, unexpected = model.load_state_dict(ckpt["model"], strict=cfg.resume)
         if dist_.master and (missing or unexpected):
             print(f"initialised from {cfg.init_from}; new: {missing}; unused: {unexpected}")
@@ -172,9 +108,9 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
 
 
 def use_fast_layer(model, objective, cfg, device):
-    """The one place train.py reaches for GPU speed: the attention path's check and, on CUDA (or
-    with --compile true), the Transformer blocks compiled. On a CPU the readable path runs as it
-    is."""
+    """The one place train.py reaches for GPU speed (fast.py): on CUDA (or with --compile true)
+    the Transformer blocks compiled, and the GPU versions of the relative bias and the copy
+    scores. On a CPU the readable path runs as it is."""
     if model.config.attn_impl == "flex" and device.type != "cuda":
         raise UsageError("--attn_impl flex trains on CUDA only "
                          "(FlexAttention has no backward on a CPU)")
@@ -182,7 +118,6 @@ def use_fast_layer(model, objective, cfg, device):
     if compiled:
         # few distinct lengths, few compilations
         objective.pad_multiple = 64
-    # fast.py: on CUDA the relative bias's and the copy scores' GPU versions; compiled blocks
     fast.speed_up(model, compile=compiled)
 
 
@@ -214,16 +149,10 @@ def lr_at(step, cfg):
 
 
 class LossModule(torch.nn.Module):
-    """The model and the objective's loss as one module: what the loop calls, and what DDP wraps.
-
-    train_step calls `run.train_model(batch)`. On one process train_model IS this module, so the
-    call lands in forward below: objective.loss(model, batch), the objective's own file. Under
-    torchrun train_model is DistributedDataParallel(LossModule(...)): DDP's forward calls this
-    forward, and the backward of its loss all-reduces the gradients across ranks (on the last
-    micro-step only, see train_step). The loss must touch every parameter in every step, or DDP
-    waits for gradients that never come: the heads a batch may not use (objective.heads: UniLM's
-    NSP head outside its bidirectional LM, PALM's copy head in stage 1) join it times zero.
-    """
+    """The model and the objective's loss as one module: what train_step calls, and what DDP wraps
+    (its backward then all-reduces the gradients). DDP waits for a gradient of every parameter, so
+    the heads a batch may not use (objective.heads) join the loss times zero.
+    docs/how-it-fits-together.md ("Through DDP") follows the call."""
 
     def __init__(self, model, objective):
         super().__init__()
@@ -245,33 +174,28 @@ class Run:
     cfg: TrainConfig
     dist: Dist
     model: torch.nn.Module            # the bare model (what checkpoints hold)
-    # the same, compiled and/or wrapped for DDP, with the objective's loss
-    train_model: torch.nn.Module
+    train_model: torch.nn.Module      # LossModule(model, objective), wrapped in DDP under torchrun
     objective: Objective
     optimizer: torch.optim.Optimizer
     tok: WordPiece
-    obj_opts: dict
     splits: dict
     out_dir: Path
     step: int = 0
     # a DataLoader over data.StepBatches, and its iterator: (step, [Batch] * grad_accum, skipped)
     loader: torch.utils.data.DataLoader = None
     stream: object = None
-    skipped: dict = None              # each batch-building process's count of skipped examples
+    skipped: dict = field(default_factory=dict)  # each batch-building process's skipped examples
     log_file: object = None
     bar: object = None
     stop: str = ""                    # why the loop ends early ("" = it does not)
-    sums: dict = None                 # metrics summed since the last log, and their counts
-    counts: dict = None
-    # tokens, corpus tokens and FLOPs since the last log: tokens/s and MFU
-    tokens: int = 0
-    corpus_tokens: int = 0
-    flops: float = 0.0
+    # since the last log: every metric's values; tokens, corpus tokens and FLOPs (tokens/s, MFU)
+    seen: dict = field(default_factory=dict)
+    work: Counter = field(default_factory=Counter)
     t_last: float = 0.0
     t_start: float = 0.0
     # (1,) tensor: the first step whose loss was not finite (no host sync)
     first_bad: object = None
-    recent: dict = None               # step -> the CPU batches of the steps since the last check
+    recent: dict = field(default_factory=dict)  # step -> its last batch, until the next check
 
     @property
     def ckpt_path(self):
@@ -287,7 +211,7 @@ def train_step(run, autocast):
         group["lr"] = lr
     # one seed per (step, rank) for dropout: a resumed run replays exactly
     torch.manual_seed(cfg.seed * 100003 + run.step * dist_.world + dist_.rank)
-    # the stage of PALM's schedule also in this process (its evaluation uses it)
+    # the objective's schedule (set_step) also in this process: its evaluation uses it
     run.objective.set_step(run.step, cfg.max_steps)
     step, batches, skipped = next(run.stream)
     assert step == run.step, (step, run.step)
@@ -302,7 +226,8 @@ def train_step(run, autocast):
             loss, metrics = run.train_model(batch)
         (loss / cfg.grad_accum).backward()
         loss_sum = loss_sum + loss.detach()
-        add_metrics(run, metrics)
+        for k, v in metrics.items():
+            run.seen.setdefault(k, []).append(v.detach() if torch.is_tensor(v) else v)
     if cfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
     run.optimizer.step()
@@ -324,21 +249,13 @@ def count_work(run, batch):
     n_tokens = batch.n_tokens
     # the share of rows that go through the output layer
     pred_frac = int((batch.labels != -100).sum()) / max(1, n_tokens)
-    run.tokens += n_tokens
-    run.corpus_tokens += run.objective.corpus_tokens(batch)
-    run.flops += n_tokens * run.model.estimate_flops(batch.input_ids.size(1), pred_frac)
-
-
-def add_metrics(run, metrics):
-    """Sum each metric over the micro-steps and steps where it appears (averaged when logged)."""
-    for k, v in metrics.items():
-        run.sums[k] = run.sums.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v)
-        run.counts[k] = run.counts.get(k, 0) + 1
+    run.work.update(tokens=n_tokens, corpus_tokens=run.objective.corpus_tokens(batch),
+                    flops=n_tokens * run.model.estimate_flops(batch.input_ids.size(1), pred_frac))
 
 
 def check_health(run):
-    """At a log step: stop on a non-finite loss (naming its batch), and agree across ranks on
-    stopping."""
+    """At a log step, one host sync: stop on a non-finite loss (naming its batch), and agree across
+    ranks on stopping."""
     cfg = run.cfg
     dist_ = run.dist
     out_of_time = cfg.time_limit and time.time() - run.t_start > 60 * cfg.time_limit
@@ -350,7 +267,11 @@ def check_health(run):
         dist.all_reduce(flags[1:], op=dist.ReduceOp.MAX)
     bad_step, signalled, timed_out = flags.tolist()
     if bad_step <= cfg.max_steps:
-        describe_bad_batch(run, int(bad_step))
+        if dist_.master:
+            shape, first_ids, loss = run.recent.get(int(bad_step), ("?", [], float("nan")))
+            print(f"\nnon-finite loss {float(loss)} at step {int(bad_step)} (batch of {shape}, "
+                  f"first example starts: {run.tok.decode(first_ids)!r}); stopping. The last "
+                  f"good checkpoint is kept: {run.ckpt_path}", file=sys.stderr)
         raise SystemExit(1)
     run.recent = {}
     if signalled:
@@ -359,37 +280,24 @@ def check_health(run):
         run.stop = f"time limit of {cfg.time_limit} min reached"
 
 
-def describe_bad_batch(run, step):
-    if run.dist.master:
-        shape, first_ids, loss = run.recent.get(step, ("?", [], float("nan")))
-        first = run.tok.decode(first_ids)
-        print(f"\nnon-finite loss {float(loss)} at step {step} (batch of {shape}, first example "
-              f"starts: {first!r}); stopping. The last good checkpoint is kept: {run.ckpt_path}",
-              file=sys.stderr)
-
-
 def log_step(run, lr, peak):
     """tokens/s, MFU and the mean metrics since the last log: to the bar and to metrics.jsonl."""
     dt = time.time() - run.t_last
     world = run.dist.world
-    tok_s = run.tokens * world / dt
+    tok_s = run.work["tokens"] * world / dt
     record = {"step": run.step, "split": "train", "lr": lr, "tokens_per_s": tok_s,
-              "corpus_tokens_per_s": run.corpus_tokens * world / dt,
-              **{k: float(v) / run.counts[k] for k, v in run.sums.items()}}
-    if peak:
-        record["mfu"] = run.flops / dt / peak
+              "corpus_tokens_per_s": run.work["corpus_tokens"] * world / dt,
+              **{k: float(sum(v)) / len(v) for k, v in run.seen.items()}}
     shown = {"lr": f"{lr:.1e}", "tok_s": f"{tok_s:,.0f}"}
     if "loss" in record:
         shown["loss"] = f"{record['loss']:.3f}"
     if peak:
+        record["mfu"] = run.work["flops"] / dt / peak
         shown["mfu"] = f"{record['mfu']:.1%}"
     run.bar.set_postfix(**shown)
     write_record(run, record)
-    run.sums = {}
-    run.counts = {}
-    run.tokens = 0
-    run.corpus_tokens = 0
-    run.flops = 0.0
+    run.seen = {}
+    run.work = Counter()
     run.t_last = time.time()
 
 
@@ -404,8 +312,7 @@ def evaluate(model, objective, examples, cfg, device, autocast):
     """Mean metrics over the first eval_batches batches of the held-out split (fixed order and
     randomness)."""
     model.eval()
-    sums = {}
-    counts = {}
+    seen = {}
     batches = data.batches(examples, cfg.batch_size, seed=0, epoch=0, drop_last=False)
     for k, examples_k in zip(range(cfg.eval_batches), batches):
         batch = objective.make_batch(examples_k, random.Random(f"eval:{k}"))
@@ -416,10 +323,9 @@ def evaluate(model, objective, examples, cfg, device, autocast):
         for key, v in metrics.items():
             v = float(v)
             if math.isfinite(v):
-                sums[key] = sums.get(key, 0.0) + v
-                counts[key] = counts.get(key, 0) + 1
+                seen.setdefault(key, []).append(v)
     model.train()
-    return {k: v / counts[k] for k, v in sums.items()}
+    return {k: sum(v) / len(v) for k, v in seen.items()}
 
 
 def evaluate_step(run, autocast):
@@ -453,38 +359,46 @@ def show_summary(run, example, n_tokens=48):
             f"  answer: {tok.decode(example[1])}")
 
 
-# --------------------------------------------------------------------------------------------------
-# 8. Checkpoints, and the end of a run
-
-
-def checkpoint(run, model_cfg):
-    """Rank 0 writes atomically. The data position follows from the step (StepBatches): it is
-    recorded, per rank, for readers; --resume needs only the step."""
+def checkpoint(run):
+    """Rank 0 writes atomically (utils.save_checkpoint: tensors and plain values only). The data
+    position follows from the step (StepBatches): it is recorded, per rank, for readers; --resume
+    needs only the step."""
     cfg = run.cfg
     per_epoch = data.num_batches(len(run.splits["train"]), cfg.batch_size, run.dist.world)
     epoch, index = divmod(run.step * cfg.grad_accum, per_epoch)
     states = [{"epoch": epoch, "index": index}] * run.dist.world
     if run.dist.master:
         save_checkpoint(run.ckpt_path, dict(
-            model=run.model.state_dict(), model_config=model_cfg.to_dict(), vocab=run.tok.vocab,
-            lowercase=run.tok.lowercase, objective=run.cfg.objective,
-            objective_options=run.objective.opts, task=run.cfg.task, train_config=asdict(run.cfg),
+            model=run.model.state_dict(), model_config=run.model.config.to_dict(),
+            vocab=run.tok.vocab, lowercase=run.tok.lowercase, objective=cfg.objective,
+            objective_options=run.objective.opts, task=cfg.task, train_config=asdict(cfg),
             optimizer=run.optimizer.state_dict(), step=run.step, data_state=states,
             rng=dict(python=random.getstate(), torch=torch.get_rng_state())))
 
 
-def open_metrics(run, ckpt_step):
-    """metrics.jsonl: a fresh run starts it; a resumed one keeps the records up to its checkpoint,
-    then appends."""
-    path = run.out_dir / "metrics.jsonl"
-    if run.cfg.resume and path.exists():
-        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= ckpt_step]
-        atomic_write(path, "".join(line + "\n" for line in kept))
-        return open(path, "a", encoding="utf-8")
-    run.out_dir.mkdir(parents=True, exist_ok=True)
-    return open(path, "w", encoding="utf-8")
+def loop(run, autocast):
+    """Steps until max_steps, --stop_at, a stop request or the time limit; a checkpoint at every
+    interval and at the end. Log, evaluation and checkpoint come in that order after a step."""
+    cfg = run.cfg
+    peak = M.peak_flops(run.dist.device)
+    last = min(cfg.max_steps, cfg.stop_at or cfg.max_steps)
+    while run.step < last and not run.stop:
+        lr = train_step(run, autocast)
+        due = {k: run.step % getattr(cfg, f"{k}_interval") == 0 for k in ("log", "eval", "ckpt")}
+        if not (any(due.values()) or run.step == last):
+            continue
+        check_health(run)
+        end = run.step == last or bool(run.stop)
+        if due["log"] or end:
+            log_step(run, lr, peak)
+        if due["eval"] or end:
+            evaluate_step(run, autocast)
+        if due["ckpt"] or end:
+            checkpoint(run)
 
+
+# --------------------------------------------------------------------------------------------------
+# 8. The end
 
 # Ctrl-C (SIGINT) and SIGTERM ask the loop to stop at the next log step, after a checkpoint; a
 # second one stops at once (the last checkpoint is kept: they are written atomically).
@@ -497,85 +411,23 @@ def request_stop(signum, frame):
     STOP_SIGNAL.append(signal.Signals(signum).name)
 
 
-def resume_command(run):
-    launcher = (f"torchrun --nproc_per_node {run.dist.world} train.py" if run.dist.ddp
-                else "python train.py")
-    return f"{launcher} --resume --out_dir {run.out_dir}"
-
-
-def next_command(run):
-    """What to try after a run: fine-tune a pre-trained model, or generate with a fine-tuned one on
-    the held-out sources of the data it was fine-tuned on."""
-    cfg = run.cfg
-    if cfg.task == "pretrain":
-        return (f"python train.py --objective {cfg.objective} --task seq2seq "
-                f"--init_from {run.ckpt_path} --max_steps 1000")
-    if not cfg.data:
-        return ("python data.py export --out docsum && "
-                f"python generate.py --ckpt {run.ckpt_path} --input docsum/test.src "
-                "--output docsum/test.hyp --beam 5 --min_len 6 --max_len 32")
-    sources = data.seq2seq_sources(cfg.data)
-    split = next(s for s in ("test", "valid", "train") if s in sources)
-    return (f"python generate.py --ckpt {run.ckpt_path} --input {sources[split]} "
-            f"--output {run.out_dir / (split + '.hyp')} --beam 5")
-
-
-def loop(run, model_cfg, autocast):
-    """Steps until max_steps, --stop_at, a stop request or the time limit; a checkpoint at every
-    interval and at the end. Log, evaluation and checkpoint steps come in that order after a
-    step."""
-    cfg = run.cfg
-    peak = M.peak_flops(run.dist.device)
-    last = min(cfg.max_steps, cfg.stop_at or cfg.max_steps)
-    while run.step < last and not run.stop:
-        lr = train_step(run, autocast)
-        due = {k: run.step % getattr(cfg, f"{k}_interval") == 0 for k in ("log", "eval", "ckpt")}
-        if not (any(due.values()) or run.step == last):
-            continue
-        # one host sync: was every loss finite, and does any rank ask to stop?
-        check_health(run)
-        end = run.step == last or bool(run.stop)
-        if due["log"] or end:
-            log_step(run, lr, peak)
-        if due["eval"] or end:
-            evaluate_step(run, autocast)
-        if due["ckpt"] or end:
-            checkpoint(run, model_cfg)
-
-
 def finish(run):
     """The last words: where the checkpoint is, and what to run next (or how to resume)."""
     if run.dist.ddp:
-        check_replicas_agree(run.model, run.dist.world, run.dist.master)
+        check_replicas_agree(run.model, run.dist)
     if not run.dist.master:
         return
-    skipped = {}
+    skipped = Counter()
     for counts in run.skipped.values():
-        for reason, n in counts.items():
-            skipped[reason] = skipped.get(reason, 0) + n
+        skipped.update(counts)
     if skipped:
-        print(f"examples the objective skipped, by reason: {skipped}")
+        print(f"examples the objective skipped, by reason: {dict(skipped)}")
     print(f"{run.stop or 'done'}: {run.step} of {run.cfg.max_steps} steps; "
           f"checkpoint {run.ckpt_path}; metrics {run.out_dir / 'metrics.jsonl'}")
     if run.step < run.cfg.max_steps:
-        print(f"continue with: {resume_command(run)}")
+        print(f"continue with: {resume_command(run.cfg, run.dist.world)}")
     else:
-        print(f"next: {next_command(run)}")
-
-
-def check_replicas_agree(model, world, master):
-    """DDP keeps every rank's replica identical; verify it once at the end (a cheap checksum per
-    rank)."""
-    with torch.no_grad():
-        checksum = torch.stack([p.double().abs().sum() for p in model.parameters()]).sum().cpu()
-    sums = [None] * world
-    dist.all_gather_object(sums, float(checksum))
-    if master:
-        same = all(s == sums[0] for s in sums)
-        print(f"DDP: parameter checksums of the {world} ranks: {sums} -> "
-              f"{'identical' if same else 'DIFFERENT'}")
-        if not same:
-            raise SystemExit("DDP replicas diverged")
+        print(f"next: {next_command(run.cfg)}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -604,8 +456,10 @@ def main(argv):
     model_dict = model_settings(cfg, model_flags, ckpt)
     trained_as = ckpt.get("train_config", {}).get("preset") if ckpt is not None else None
     resolve_defaults(cfg, model_dict, given, trained_as)
-    # 4. data, and what the objective prepares from it
-    tok, splits, obj_opts, info = prepare_data(cfg, obj_opts, starting_tokenizer(cfg, ckpt), dist_)
+    # 4. data, and what the objective prepares from it (rank 0 builds the caches, the others read)
+    with master_first(dist_):
+        tok, splits, obj_opts, info = load_data(cfg, obj_opts, starting_tokenizer(cfg, ckpt),
+                                                show=cfg.progress and dist_.master)
     # 5. model, and on a GPU the fast layer
     model, objective = build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_)
     use_fast_layer(model, objective, cfg, dist_.device)
@@ -619,12 +473,12 @@ def main(argv):
     handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     run = None
     try:
-        run = start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ckpt)
+        run = start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt)
         del ckpt
         describe(run, info)
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if dist_.device.type == "cuda"
                     else nullcontext())
-        loop(run, model.config, autocast)
+        loop(run, autocast)
         # 8. the end
         finish(run)
         stopped_by = STOP_SIGNAL[0] if STOP_SIGNAL else None
@@ -639,7 +493,7 @@ def main(argv):
         raise SystemExit(128 + signal.Signals[stopped_by].value)
 
 
-def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ckpt):
+def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt):
     """The loop's state: where the data stream and the step counter start, the log file, the
     progress bar."""
     step = 0
@@ -649,11 +503,10 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ck
     cuda = dist_.device.type == "cuda"
     train_model = LossModule(model, objective)
     if dist_.ddp:
-        device_ids = [dist_.device] if cuda else None
-        train_model = torch.nn.parallel.DistributedDataParallel(train_model, device_ids=device_ids,
-                                                                gradient_as_bucket_view=True)
-    run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, obj_opts, splits,
-              out_dir_of(cfg), step=step, skipped={}, sums={}, counts={}, recent={})
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            train_model, device_ids=[dist_.device] if cuda else None, gradient_as_bucket_view=True)
+    run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, splits, out_dir_of(cfg),
+              step=step)
     steps = data.StepBatches(objective, splits["train"], cfg.batch_size, cfg.grad_accum, cfg.seed,
                              cfg.max_steps, dist_.rank, dist_.world, start=step)
     workers = cfg.workers if cfg.workers >= 0 else (2 if cuda else 0)
@@ -661,7 +514,7 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ck
     run.stream = iter(run.loader)
     run.first_bad = torch.tensor([cfg.max_steps + 1], device=dist_.device)
     if dist_.master:
-        run.log_file = open_metrics(run, step)
+        run.log_file = open_log(run.out_dir / "metrics.jsonl", step if cfg.resume else None)
     show = dist_.master and cfg.progress
     run.bar = tqdm(total=cfg.max_steps, initial=step, disable=not show, dynamic_ncols=True)
     run.t_start = run.t_last = time.time()
@@ -670,11 +523,10 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ck
 
 def describe(run, info):
     if run.dist.master:
-        cfg = run.cfg
         m = run.model
         n_all = sum(p.numel() for p in m.parameters())
         n_body = m.num_params()
-        print(f"unigen | {cfg.objective} / {cfg.task} | {m.config.n_layer} layers, "
+        print(f"unigen | {run.cfg.objective} / {run.cfg.task} | {m.config.n_layer} layers, "
               f"{m.config.n_embd} wide, {n_body / 1e6:.2f}M parameters "
               f"(+{(n_all - n_body) / 1e6:.2f}M in embeddings) | vocab {len(run.tok)} | "
               f"{run.dist.world} process(es) on {run.dist.device} | data: {info}")

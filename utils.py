@@ -1,18 +1,24 @@
-"""What every script shares: the one line reader, atomic writes, the device picker, checkpoint
-files, and the one way a user's mistake is reported.
+"""What every script shares: the one line reader, atomic writes, the device picker and torchrun's
+process group, checkpoint files and the log beside them, and the one way a user's mistake is
+reported.
 
     lines = read_lines("test.src")            # '\n' only, one trailing '\r' stripped, UTF-8 checked
     atomic_write("vocab.txt", text)           # temp file + rename: a crash never leaves half a file
     device = pick_device("auto")              # cuda if there is one, else cpu
+    dist_ = setup_distributed("auto")         # under torchrun: this process's rank, world, device
     save_checkpoint("out/ckpt.pt", state)     # tensors and plain Python values only ...
     state = read_checkpoint("out/ckpt.pt")    # ... read back with torch.load(weights_only=True)
+    log = open_log("out/metrics.jsonl", keep_until=state["step"])   # a resumed run's log
 
 A user's mistake (a bad flag, a missing or malformed file) raises UsageError; the command lines
 catch it and print one line, `script.py: error: ...`, and exit with status 2. Anything else is a
 bug and keeps its traceback.
 """
+import json
 import os
 import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -98,7 +104,7 @@ def atomic_write(path, content):
 
 
 # --------------------------------------------------------------------------------------------------
-# Devices
+# Devices and processes
 
 
 def pick_device(name="auto"):
@@ -120,6 +126,66 @@ def pick_device(name="auto"):
     elif device.type != "cpu":
         raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
     return device
+
+
+@dataclass
+class Dist:
+    """This process's place in a torchrun job (ddp False: the one process of a plain run)."""
+    ddp: bool
+    rank: int
+    world: int
+    device: object                    # a torch.device
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+
+def setup_distributed(device_name="auto"):
+    """torchrun puts RANK / LOCAL_RANK / WORLD_SIZE in the environment: then join the process group,
+    NCCL on GPUs (one GPU a process), gloo on CPUs."""
+    import torch
+    import torch.distributed as dist
+    device = pick_device(device_name)
+    if "RANK" not in os.environ:
+        return Dist(False, 0, 1, device)
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    if device.type == "cuda":
+        device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}")
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
+    return Dist(True, rank, world, device)
+
+
+@contextmanager
+def master_first(dist_):
+    """Rank 0 runs the block first (it builds the caches), the other ranks after it (they read
+    them)."""
+    import torch.distributed as dist
+    if dist_.ddp and not dist_.master:
+        dist.barrier()
+    yield
+    if dist_.ddp and dist_.master:
+        dist.barrier()
+
+
+def check_replicas_agree(model, dist_):
+    """DDP keeps every rank's replica identical; verify it once at the end (a checksum per rank)."""
+    import torch
+    import torch.distributed as dist
+    with torch.no_grad():
+        checksum = torch.stack([p.double().abs().sum() for p in model.parameters()]).sum().cpu()
+    sums = [None] * dist_.world
+    dist.all_gather_object(sums, float(checksum))
+    if dist_.master:
+        same = all(s == sums[0] for s in sums)
+        print(f"DDP: parameter checksums of the {dist_.world} ranks: {sums} -> "
+              f"{'identical' if same else 'DIFFERENT'}")
+        if not same:
+            raise SystemExit("DDP replicas diverged")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,3 +239,16 @@ def read_checkpoint(path, device="cpu"):
     if missing:
         raise UsageError(f"{path}: not a unigen checkpoint (missing keys {missing})")
     return ckpt
+
+
+def open_log(path, keep_until=None):
+    """A jsonl log of {"step": ...} records, open for appending. A fresh run starts it; a resumed
+    one (keep_until: its checkpoint's step) keeps the records up to its checkpoint, then appends."""
+    path = Path(path)
+    if keep_until is not None and path.exists():
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= keep_until]
+        atomic_write(path, "".join(line + "\n" for line in kept))
+        return open(path, "a", encoding="utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8")
