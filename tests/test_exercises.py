@@ -31,7 +31,7 @@ def test_every_grader_grades_a_stub_through_the_switch():
 
 def test_the_graders_are_not_collected_by_the_projects_tests():
     ini = configparser.ConfigParser()
-    ini.read(ROOT / "pytest.ini")
+    ini.read(ROOT / ".pytest.ini")
     assert ini["pytest"]["testpaths"].split() == ["tests"]
 
 

@@ -35,7 +35,7 @@ def test_ci_runs_exactly_the_readmes_commands():
     assert commands == ci_commands()
     # install, main job, tests: in that order
     assert commands[0].startswith("pip install torch") and "cpu" in commands[0]
-    assert commands[1] == "pip install -r requirements.txt -r requirements-dev.txt"
+    assert commands[1] == "pip install -r requirements.txt -r tests/requirements.txt"
     assert commands[-2] == "python train.py --objective pmlm" and commands[-1] == "python -m pytest -q"
 
 
@@ -45,11 +45,14 @@ def test_ci_runs_the_readmes_notebook_commands():
     at = commands.index(SERVER)
     assert commands[:at] + SERVER_IN_CI + commands[at + 1:] == ci_commands("notebook commands")
     # the server's package is installed by the line before, and every notebook is prepared first
-    assert commands[0] == "pip install -r requirements-notebooks.txt"
+    assert commands[0] == "pip install -r notebooks/requirements.txt"
     assert "python notebooks/common.py" in commands[:at]
-    notebook_reqs = (ROOT / "requirements-notebooks.txt").read_text().split()
+    notebook_reqs = (ROOT / "notebooks" / "requirements.txt").read_text().split()
     for package in ("notebook", "nbconvert", "ipykernel", "matplotlib"):
         assert package in notebook_reqs, package
+    # and the runtime packages, through a path pip resolves from the notebooks' folder
+    at_runtime = notebook_reqs[notebook_reqs.index("-r") + 1]
+    assert (ROOT / "notebooks" / at_runtime).resolve() == ROOT / "requirements.txt"
     # the notebook block follows the set-up block, which installed torch from the CPU index
     text = (ROOT / ".ci" / "run").read_text()
     assert text.index("# --- end of the README's commands ---") < text.index("# --- the README's notebook commands ---")
@@ -59,7 +62,7 @@ def test_requirements_never_pull_a_cuda_build_first():
     """torch is installed by the README's first line, CPU build; requirements.txt only admits what is there."""
     req = (ROOT / "requirements.txt").read_text().split()
     assert any(r.startswith("torch") for r in req)
-    dev = (ROOT / "requirements-dev.txt").read_text()
+    dev = (ROOT / "tests" / "requirements.txt").read_text()
     assert "pytest" in dev
     for oracle in ("rouge-score", "sacrebleu", "nltk", "tokenizers"):
         assert oracle in dev
