@@ -3,8 +3,8 @@ docs/tokenizer.md gives the details, the decisions and the measured speeds.
 
 1. `basic_tokenize(text, lowercase)`: BERT's BasicTokenizer (control characters dropped, spaces
    around CJK ideographs, lowercase + accents stripped, split on whitespace and punctuation).
-2. Encoding (BERT's WordpieceTokenizer): greedy longest-match-first, "##" on continuing pieces; a
-   word over 100 characters, or one the vocabulary cannot cover, becomes [UNK].
+2. WordPiece encoding (BERT's WordpieceTokenizer): greedy longest-match-first, "##" on continuing
+   pieces; a word over 100 characters, or one the vocabulary cannot cover, becomes [UNK].
 3. `WordPiece.train` (Schuster & Nakajima 2012): from characters, repeatedly merge the pair (a, b)
    whose piece "ab" most increases the unigram likelihood of the training words, to first order
        gain(a, b) = count(ab) * (log(count(ab) * N / (count(a) * count(b))) - 1)

@@ -27,15 +27,21 @@ PAD, CTX, ORIG, PSEUDO, SPAN = 0, 1, 2, 3, 4
 
 
 def may_attend(q_kind, q_step, k_kind, k_step, same):
-    """The one rule, elementwise: may a query of (q_kind, q_step) attend a key of (k_kind, k_step)?
-    `same`: query and key are one token. (B, L, 1) queries against (B, 1, L) keys give the dense
-    mask; scalars give one cell (FlexAttention's mask_mod)."""
+    """The one rule, elementwise: may a query of (q_kind, q_step) attend a key of
+    (k_kind, k_step)?
+
+    The arguments broadcast against each other: (B, L, 1) queries against (B, 1, L) keys give the
+    dense mask; scalars give one cell (FlexAttention's mask_mod). `same` says whether query and key
+    are the same token.
+    """
     real_query = q_kind != PAD
-    # everyone sees the context; the context sees only itself (never an appended or target token)
+    # everyone sees the context; the context sees only itself
+    # (it never sees an appended or target token)
     sees_context = real_query & (k_kind == CTX)
     # the text so far: an ORIG token sees the ORIG tokens of its own and earlier steps
     orig_sees_orig = (q_kind == ORIG) & (k_kind == ORIG) & (k_step <= q_step)
-    # a query token predicts the ORIG of its step: it sees only the EARLIER steps, not its answer
+    # a query token predicts the ORIG of its step: it sees only the EARLIER steps
+    # (never its own answer)
     is_query = (q_kind == PSEUDO) | (q_kind == SPAN)
     query_sees_orig = is_query & (k_kind == ORIG) & (k_step < q_step)
     # the [P]s of one step are predicted together and see each other (UniLMv2 Figure 5)
@@ -146,11 +152,19 @@ def unilm_kinds(lm, n, n_src=0):
 
 # --- UniLMv2: pseudo-masked LM --------------------------------------------------------------------
 def pseudo_masked(kind, step):
-    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5, drawn cell for cell in
-    notebooks/02_masks.ipynb): the context (text and [M]) CTX, a masked block's appended originals
-    ORIG and [P]s PSEUDO of its factorization step r. A [P] never sees its own originals (no
-    explicit leakage), the context no ORIG (no implicit one). Fine-tuning (3.4): source CTX, target
-    token j ORIG of step j, its [P] PSEUDO of step j.
+    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5): the context (text and [M]) CTX, a
+    masked block's appended originals ORIG and [P]s PSEUDO of its factorization step r. A [P] never
+    sees its own originals (no explicit leakage), the context no ORIG (no implicit one).
+
+    The paper's example: x1..x6, blocks {x4, x5} (r = 1) then {x2} (r = 2):
+                  x1 M2 x3 M4 M5 x6 | x4 x5 P4 P5 x2 P2
+        x1 .. x6   1  1  1  1  1  1 |  0  0  0  0  0  0
+        x4, x5     1  1  1  1  1  1 |  1  1  0  0  0  0
+        P4, P5     1  1  1  1  1  1 |  0  0  1  1  0  0
+        x2         1  1  1  1  1  1 |  1  1  0  0  1  0
+        P2         1  1  1  1  1  1 |  1  1  0  0  0  1
+
+    Fine-tuning (3.4): source CTX, target token j ORIG of step j, its [P] PSEUDO of step j.
     """
     return attention_mask(kind, step)
 
@@ -159,10 +173,23 @@ def pseudo_masked(kind, step):
 def multi_flow(kind, step):
     """ERNIE-GEN's three flows as ONE mask over [S'; T'; A_W; A_S] (section 3.3, Eq. 2-6, Fig. 3d):
     source S' CTX, noised target T'_i ORIG of step i, word-flow [ATTN]_i PSEUDO of step i, every
-    span-flow [ATTN] of a span [b, e) SPAN of step b (drawn in notebooks/02_masks.ipynb).
+    span-flow [ATTN] of a span [b, e) SPAN of step b.
 
       contextual flow M_C:  S' sees S';  T'_i sees S' + T'_<=i    (never an [ATTN] row: Eq. 5 holds)
       word flow M_W:        [ATTN]_i sees S' + T'_<i + itself
       span flow M_S:        [ATTN]_j (j in [b, e)) sees S' + T'_<b + itself
+
+    Example: S' = s1 s2, T' = t1 t2 t3, spans {t1} (step 1) and {t2, t3} (both step 2):
+                  s1 s2 t1 t2 t3 | W1 W2 W3 | S1 S2 S3
+        s1, s2     1  1  0  0  0 |  0  0  0 |  0  0  0
+        t1         1  1  1  0  0 |  0  0  0 |  0  0  0
+        t2         1  1  1  1  0 |  0  0  0 |  0  0  0
+        t3         1  1  1  1  1 |  0  0  0 |  0  0  0
+        W1 (i=1)   1  1  0  0  0 |  1  0  0 |  0  0  0
+        W2 (i=2)   1  1  1  0  0 |  0  1  0 |  0  0  0
+        W3 (i=3)   1  1  1  1  0 |  0  0  1 |  0  0  0
+        S1 (b=1)   1  1  0  0  0 |  0  0  0 |  1  0  0
+        S2 (b=2)   1  1  1  0  0 |  0  0  0 |  0  1  0
+        S3 (b=2)   1  1  1  0  0 |  0  0  0 |  0  0  1
     """
     return attention_mask(kind, step)
