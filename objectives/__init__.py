@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from objectives import masks
 from objectives.masks import CTX, ORIG, PAD
 
+
 # --- What an objective produces: Examples, then a Batch -------------------------------------------
 @dataclass
 class Example:
