@@ -64,7 +64,6 @@ def _bucket(name: str) -> float:
 
 
 # ------------------------------------------------------------------------------ the embedded corpus
-
 # test suites, the IDE, the turtle demos, installed third-party packages, generated codec tables
 _SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "turtledemo", "site-packages",
               "dist-packages", "__pycache__", "encodings", "ensurepip"}

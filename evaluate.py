@@ -331,7 +331,6 @@ def rouge_bootstrap(predictions, references, stem=False, n_samples=1000, seed=0,
 
 
 # ----------------------------------------------------------------------------- BLEU
-
 # mteval-v13a's punctuation rules (sacrebleu's tokenizer_13a / tokenizer_re), applied in order.
 _13A_RULES = [
     # split off every ASCII symbol except ' - . , : the ranges are { | } ~, [ \ ] ^ _ `,

@@ -10,8 +10,9 @@ docs/tokenizer.md gives the details, the decisions and the measured speeds.
        gain(a, b) = count(ab) * (log(count(ab) * N / (count(a) * count(b))) - 1)
    (N held at its starting value). Naive first (`_train_pieces_naive`: recount everything before
    every merge), fast beside it (`_train_pieces`: the same merges, updating only what changes).
-Special tokens [PAD] [UNK] [SOS] [EOS] [MASK] [P] [ATTN] are ids 0..6 ([CLS]/[SEP] alias
-[SOS]/[EOS]); `encode` never parses them from text. `from_file` also reads BERT's vocab.txt.
+Special tokens [PAD] [UNK] [SOS] [EOS] [MASK] [P] [ATTN] are ids 0..6 of a trained vocabulary
+([CLS]/[SEP] alias [SOS]/[EOS]); `encode` never parses them from text. `from_file` also reads
+BERT's vocab.txt.
 Left out: byte fallback, NFKC, offsets, batch encoding, special-token parsing, truncation.
 """
 import collections

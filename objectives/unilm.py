@@ -10,8 +10,8 @@ with segment ids as LM identifiers (2.1; official ids 0/1, 2, 3, 4/5). Cloze (2.
 non-special tokens, in spans (80% one token, 20% a bigram or trigram), 80/10/10. NSP (2.3) for the
 bidirectional LM: S2 replaced, with probability 1/2, by a sentence suffix of another passage of the
 batch. Loss = masked-token cross-entropy + NSP.
-Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS], segments 4/5; 70% of the target tokens, the final
-[EOS] included, are masked and predicted (80/10/10); the source never.
+Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS], segments 4/5; round(0.7 x len(tgt)) positions among
+the target tokens and the final [EOS] are masked (80/10/10) and predicted; the source never.
 Left out: whole-word masking, the NLU fine-tuning heads, the official label smoothing's eps/(V-2).
 """
 import torch.nn.functional as F
