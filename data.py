@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+import fast
 from utils import DataError, atomic_write, read_text, split_lines
 
 _VERSION = 1  # bump when extraction, splitting or caching rules change: every cache is then rebuilt
@@ -627,7 +628,7 @@ class StepBatches(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, objective, examples, batch_size, grad_accum, seed, max_steps, rank=0,
-                 world=1, start=0):
+                 world=1, start=0, pack=0):
         self.objective = objective
         self.examples = examples
         self.batch_size = batch_size
@@ -637,6 +638,8 @@ class StepBatches(torch.utils.data.IterableDataset):
         self.rank = rank
         self.world = world
         self.start = start
+        # 0: one passage a row; k > 0: packed rows of widths a multiple of k (train.py --pack)
+        self.pack = pack
 
     def __iter__(self):
         worker = torch.utils.data.get_worker_info()
@@ -653,7 +656,11 @@ class StepBatches(torch.utils.data.IterableDataset):
             examples = batch_at(self.examples, self.batch_size, self.seed, index, self.rank,
                                 self.world)
             rng = random.Random(f"{self.seed}:{self.rank}:{step}:{micro}")
-            batches.append(self.objective.make_batch(examples, rng))
+            batch = self.objective.make_batch(examples, rng)
+            if self.pack:
+                # the GPU speed layer's plan, made here on the CPU: several passages a row
+                batch = fast.plan_packing(batch, self.pack)
+            batches.append(batch)
         return batches
 
 

@@ -120,11 +120,14 @@ def mask_mod(spec: MaskSpec):
     """masks.may_attend for one (query, key) pair, FlexAttention's mask_mod. Twin:
     masks.attention_mask (tests/test_attention_paths.py, cell by cell). A padding query sees itself
     here, as Transformer.encode lets it on the dense path, so its softmax stays finite."""
-    kind, step = spec.kind, spec.step
+    kind, step, passage = spec.kind, spec.step, spec.passage
 
     def mod(b, h, q, k):
         q_kind = kind[b, q]
         allowed = may_attend(q_kind, step[b, q], kind[b, k], step[b, k], q == k)
+        if passage is not None:
+            # packed rows: a token sees only its own passage (the tiles between passages are skipped)
+            allowed = allowed & (passage[b, q] == passage[b, k])
         return allowed | ((q_kind == PAD) & (q == k))
     return mod
 
@@ -205,6 +208,101 @@ def encode_flex(model, x, position_ids, spec: MaskSpec):
     for block in model.blocks:
         x = block(x, mask, bias)
     return model.ln_f(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Packing: several passages in one row, so that the blocks compute (almost) no padding
+
+
+def pack_rows(lengths, width):
+    """Best-fit decreasing bin packing: the longest passage first, each into the row with the least
+    room that still holds it (a new row if none does). -> ([(row, offset)] per length, rows)."""
+    order = sorted(range(len(lengths)), key=lambda b: -lengths[b])   # stable: ties keep their order
+    room = []                                                         # free slots of each row
+    place = [None] * len(lengths)
+    for b in order:
+        fits = [r for r in range(len(room)) if room[r] >= lengths[b]]
+        if not fits:
+            room.append(width)
+            fits = [len(room) - 1]
+        r = min(fits, key=lambda r: room[r])
+        place[b] = (r, width - room[r])
+        room[r] -= lengths[b]
+    return place, len(room)
+
+
+def plan_packing(batch, multiple=1):
+    """The packing of a Batch, computed on the CPU (where the batch is built): its passages go into
+    rows as wide as the longest one (rounded up to `multiple`), several to a row. -> the Batch with
+    extras "pack_index" (B, L), the slot of every token in the packed rows flattened (padding: the
+    spare slot rows * width, dropped), and "pack_shape" (rows, width). The batch itself stays as the
+    objective made it: `packed` packs it for the blocks and unpacks their output."""
+    if len(batch) == 0:
+        return batch
+    real = batch.kind != PAD                                            # (B, L)
+    lengths = real.sum(1).tolist()
+    width = -(-max(lengths) // multiple) * multiple
+    place, rows = pack_rows(lengths, width)
+    first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot
+    # the real tokens of a passage keep their order, one slot after the other (PALM's gap closes)
+    index = first[:, None] + real.long().cumsum(1) - 1                  # (B, L)
+    index = index.masked_fill(~real, rows * width)
+    batch.extras.update(pack_index=index, pack_shape=(rows, width))
+    return batch
+
+
+def pack(x, index, shape, fill):
+    """(B, L, ...) in the objective's layout -> (rows, width, ...) packed; empty slots get fill."""
+    rows, width = shape
+    out = x.new_full((rows * width + 1, *x.shape[2:]), fill)           # + the spare slot
+    out[index.flatten()] = x.flatten(0, 1)
+    return out[:-1].view(rows, width, *x.shape[2:])
+
+
+def unpack(y, index):
+    """(rows, width, ...) packed -> (B, L, ...) in the objective's layout; padding gets zeros."""
+    flat = y.flatten(0, 1)
+    flat = torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])])      # the spare slot: zeros
+    return flat[index]
+
+
+class Packed:
+    """The model seen through a packed batch: model(input_ids, position_ids, segment_ids, mask) in
+    the objective's layout packs the inputs, runs the model on the packed rows and unpacks its
+    output; everything else (heads, parameters) is the model's own. The objectives never know.
+
+    Twin: the model on the unpacked batch (tests/test_packing.py: the same per-token losses for every
+    objective, float64, naive and sdpa). Exact because each passage keeps its own position ids (they
+    restart at every passage, and so do the relative bias's buckets, which read them) and the mask
+    gains "and only its own passage" (masks.attention_mask's passage; fast.mask_mod's too).
+    """
+
+    def __init__(self, model, index, shape):
+        self.model = model
+        self.index = index
+        self.shape = shape
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, input_ids, position_ids, segment_ids, mask: MaskSpec):
+        index, shape = self.index, self.shape
+        B, L = input_ids.shape
+        passage = torch.arange(B, device=input_ids.device)[:, None].expand(B, L)
+        ids = pack(input_ids, index, shape, 0)
+        packed = MaskSpec(pack(mask.kind, index, shape, PAD), pack(mask.step, index, shape, 0),
+                          pack(passage, index, shape, -1))
+        h = self.model(ids, pack(position_ids, index, shape, 0),
+                       pack(segment_ids, index, shape, 0), packed)     # (rows, width, d)
+        return unpack(h, index)                                        # (B, L, d)
+
+
+def packed(model, batch):
+    """The model to hand objective.loss for this batch: a Packed view where plan_packing packed it,
+    else the model itself (train.py's LossModule)."""
+    if "pack_index" not in batch.extras:
+        return model
+    return Packed(model, batch.extras["pack_index"], batch.extras["pack_shape"])
 
 
 # --------------------------------------------------------------------------------------------------

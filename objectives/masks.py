@@ -24,9 +24,11 @@ Because the rule reads only per-token vectors, a mask never has to be materialis
 a Batch hands the model a `MaskSpec` (kind, step), `attention_mask` builds the dense (B, L, L)
 tensor wherever kind and step are (the GPU, for the naive and SDPA paths), and the FlexAttention
 path of the GPU speed layer (fast.py) calls `may_attend` on single (query, key) pairs inside its
-kernel. generate.py describes each decoding step's tokens with kind and step too. The papers'
-masks are this rule with the right kinds and steps; the builders below write each one out the way
-its paper draws it, and the tests hold every one equal to the rule:
+kernel. generate.py describes each decoding step's tokens with kind and step too. Where the speed
+layer packs several passages into one row, a third vector, passage, adds "and only its own passage"
+to the rule (attention_mask). The papers' masks are this rule with the right kinds and steps; the
+builders below write each one out the way its paper draws it, and the tests hold every one equal to
+the rule:
 
 UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq
                                      (from lengths)
@@ -69,16 +71,20 @@ def may_attend(q_kind, q_step, k_kind, k_step, same):
     return sees_context | orig_sees_orig | query_sees_orig | pseudo_sees_step | span_sees_itself
 
 
-def attention_mask(kind, step, start=0):
+def attention_mask(kind, step, start=0, passage=None):
     """(B, L) kind and step -> (B, L - start, L) bool: may_attend for every (query, key) pair, on
     kind's device; queries from column `start` on (a decoder with a KV cache asks only for the rows
-    of its new tokens)."""
+    of its new tokens). passage (B, L): where a row holds several packed passages (fast.py), which
+    one each token belongs to; a token sees only its own passage."""
     L = kind.size(1)
     i = torch.arange(start, L, device=kind.device)
     same = (i[:, None] == torch.arange(L, device=kind.device))[None]    # (1, L - start, L)
-    return may_attend(kind[:, start:, None], step[:, start:, None],     # queries (B, L - start, 1)
-                      kind[:, None, :], step[:, None, :],               # keys (B, 1, L)
-                      same)
+    allowed = may_attend(kind[:, start:, None], step[:, start:, None],  # queries (B, L - start, 1)
+                         kind[:, None, :], step[:, None, :],            # keys (B, 1, L)
+                         same)
+    if passage is None:
+        return allowed
+    return allowed & (passage[:, start:, None] == passage[:, None, :])
 
 
 @dataclass(frozen=True)
@@ -89,9 +95,11 @@ class MaskSpec:
     inside its kernel instead (fast.mask_mod)."""
     kind: torch.Tensor        # (B, L)
     step: torch.Tensor        # (B, L)
+    # (B, L) which passage each token is, in rows packed with several (fast.py); None: one a row
+    passage: torch.Tensor = None
 
     def dense(self):
-        return attention_mask(self.kind, self.step)
+        return attention_mask(self.kind, self.step, passage=self.passage)
 
 
 # --- UniLM: the four LMs, from lengths ------------------------------------------------------------
