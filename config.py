@@ -79,8 +79,8 @@ class TrainConfig:
 
 # a resumed run keeps its settings; these may change without changing what it computes
 SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval",
-                  "eval_batches", "ckpt_interval", "device", "compile", "pack", "workers", "cache_dir",
-                  "progress", "overwrite"}
+                  "eval_batches", "ckpt_interval", "device", "compile", "pack", "workers",
+                  "cache_dir", "progress", "overwrite"}
 SAFE_MODEL_ON_RESUME = {"attn_impl"}
 PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
 # the model shapes a checkpoint fixes

@@ -126,7 +126,7 @@ def mask_mod(spec: MaskSpec):
         q_kind = kind[b, q]
         allowed = may_attend(q_kind, step[b, q], kind[b, k], step[b, k], q == k)
         if passage is not None:
-            # packed rows: a token sees only its own passage (the tiles between passages are skipped)
+            # packed rows: a token sees only its own passage (tiles between passages are skipped)
             allowed = allowed & (passage[b, q] == passage[b, k])
         return allowed | ((q_kind == PAD) & (q == k))
     return mod
@@ -271,10 +271,10 @@ class Packed:
     the objective's layout packs the inputs, runs the model on the packed rows and unpacks its
     output; everything else (heads, parameters) is the model's own. The objectives never know.
 
-    Twin: the model on the unpacked batch (tests/test_packing.py: the same per-token losses for every
-    objective, float64, naive and sdpa). Exact because each passage keeps its own position ids (they
-    restart at every passage, and so do the relative bias's buckets, which read them) and the mask
-    gains "and only its own passage" (masks.attention_mask's passage; fast.mask_mod's too).
+    Twin: the model on the unpacked batch (tests/test_packing.py: the same per-token losses for
+    every objective, float64, naive and sdpa). Exact because each passage keeps its own position ids
+    (they restart at every passage, and so do the relative bias's buckets, which read them) and the
+    mask gains "and only its own passage" (masks.attention_mask's passage; fast.mask_mod's too).
     """
 
     def __init__(self, model, index, shape):
