@@ -51,7 +51,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import fast
 from utils import DataError, atomic_write, read_text, split_lines
 
 _VERSION = 1  # bump when extraction, splitting or caching rules change: every cache is then rebuilt
@@ -628,7 +627,7 @@ class StepBatches(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, objective, examples, batch_size, grad_accum, seed, max_steps, rank=0,
-                 world=1, start=0, pack=0):
+                 world=1, start=0, pack=None):
         self.objective = objective
         self.examples = examples
         self.batch_size = batch_size
@@ -638,7 +637,8 @@ class StepBatches(torch.utils.data.IterableDataset):
         self.rank = rank
         self.world = world
         self.start = start
-        # 0: one passage a row; k > 0: packed rows of widths a multiple of k (train.py --pack)
+        # None: one passage a row; else the speed layer's packing plan, Batch -> Batch
+        # (train.py --pack: fast.plan_packing)
         self.pack = pack
 
     def __iter__(self):
@@ -657,9 +657,9 @@ class StepBatches(torch.utils.data.IterableDataset):
                                 self.world)
             rng = random.Random(f"{self.seed}:{self.rank}:{step}:{micro}")
             batch = self.objective.make_batch(examples, rng)
-            if self.pack:
-                # the GPU speed layer's plan, made here on the CPU: several passages a row
-                batch = fast.plan_packing(batch, self.pack)
+            if self.pack is not None:
+                # made here on the CPU, in the loader's workers: several passages a row
+                batch = self.pack(batch)
             batches.append(batch)
         return batches
 

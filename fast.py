@@ -12,6 +12,8 @@ a GPU, values and gradients, at base size.
 The switches that reach it (on a CPU the readable path is the default everywhere):
     ModelConfig.attn_impl = "flex"      FlexAttention (Transformer.encode -> encode_flex)
     fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
+    train.py --pack (auto: on CUDA)     several passages a row: plan_packing in data.StepBatches,
+                                        the Packed view in train.LossModule
     generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph
 Objectives, notebooks and exercises never import this file.
 
@@ -22,9 +24,12 @@ Pieces, their readable twins and the tests that hold them equal:
     compiled_additive_scores   model.additive_scores                bench/check_cuda.py (GPU only)
     compile_blocks             the eager blocks                     bench/check_cuda.py (GPU only)
     StaticCache, StaticStep    model.KVCache, Decoder.logprobs      tests/test_fast.py
+    plan_packing, Packed       the model on one passage a row       tests/test_packing.py
     GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
-Left out: hand-written Triton kernels, fused optimizers, FP8, paged caches.
+Left out: hand-written Triton kernels, fused optimizers, FP8, paged caches; packing across batches
+(each batch's own passages are packed: on a corpus of long documents about 5% of the rows stays
+padding, bench/padding.py).
 """
 from typing import NamedTuple
 
@@ -231,17 +236,36 @@ def pack_rows(lengths, width):
     return place, len(room)
 
 
-def plan_packing(batch, multiple=1):
+def key_cost(model):
+    """Attention's training FLOPs per token and per key it attends, over the rest of a token's FLOPs
+    (model.estimate_flops = rest + key_cost * rest * width): what a wider packed row costs."""
+    rest = model.estimate_flops(0)
+    return (model.estimate_flops(1) - rest) / rest
+
+
+def pack_width(lengths, multiple=1, key_cost=0.0):
+    """The row width for packing these lengths: the cheapest of the widths from the longest length
+    (rounded up to `multiple`) to twice that, by rows * width * (1 + key_cost * width), the blocks'
+    FLOPs with dense attention. The rows' total room rarely matches the tokens: a width a little
+    wider than the longest passage often saves a row (most of the padding left on a corpus of short
+    passages is the last row's)."""
+    first = -(-max(lengths) // multiple) * multiple
+    step = max(multiple, 8)
+    cost = lambda width: pack_rows(lengths, width)[1] * width * (1 + key_cost * width)
+    return min(range(first, 2 * first + 1, step), key=cost)
+
+
+def plan_packing(batch, multiple=1, key_cost=0.0):
     """The packing of a Batch, computed on the CPU (where the batch is built): its passages go into
-    rows as wide as the longest one (rounded up to `multiple`), several to a row. -> the Batch with
-    extras "pack_index" (B, L), the slot of every token in the packed rows flattened (padding: the
-    spare slot rows * width, dropped), and "pack_shape" (rows, width). The batch itself stays as the
-    objective made it: `packed` packs it for the blocks and unpacks their output."""
+    rows of pack_width, several to a row. -> the Batch with extras "pack_index" (B, L), the slot of
+    every token in the packed rows flattened (padding: the spare slot rows * width, dropped), and
+    "pack_shape" (rows, width). The batch itself stays as the objective made it: `packed` packs it
+    for the blocks and unpacks their output."""
     if len(batch) == 0:
         return batch
     real = batch.kind != PAD                                            # (B, L)
     lengths = real.sum(1).tolist()
-    width = -(-max(lengths) // multiple) * multiple
+    width = pack_width(lengths, multiple, key_cost)
     place, rows = pack_rows(lengths, width)
     first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot
     # the real tokens of a passage keep their order, one slot after the other (PALM's gap closes)

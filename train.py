@@ -36,6 +36,7 @@ micro-step only, and only rank 0 logs and writes.
 Left out: multi-node launching (torchrun's own --nnodes does it), FSDP/tensor parallelism,
 fp16 loss scaling.
 """
+import functools
 import json
 import math
 import os
@@ -186,13 +187,16 @@ def use_fast_layer(model, objective, cfg, device):
     fast.speed_up(model, compile=compiled)
 
 
-def pack_multiple(cfg, device):
-    """--pack: 0 = one passage a row (the readable layout); k > 0 = several passages a row
-    (fast.plan_packing, made by data.StepBatches), row widths a multiple of k (64 when compiled:
-    few shapes)."""
+def packing(cfg, model, device):
+    """--pack: None (one passage a row, the readable layout) or what data.StepBatches does to every
+    training batch: fast.plan_packing, several passages a row, widths a multiple of 64 where the
+    blocks are compiled (few shapes), priced by what a wider row costs the attention (nothing on the
+    flex path, which skips the tiles between passages)."""
     if not (cfg.pack == "true" or (cfg.pack == "auto" and device.type == "cuda")):
-        return 0
-    return 64 if cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda") else 1
+        return None
+    compiled = cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda")
+    key_cost = 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
+    return functools.partial(fast.plan_packing, multiple=64 if compiled else 1, key_cost=key_cost)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -668,7 +672,7 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, obj_opts, splits, ck
               out_dir_of(cfg), step=step, skipped={}, sums={}, counts={}, recent={})
     steps = data.StepBatches(objective, splits["train"], cfg.batch_size, cfg.grad_accum, cfg.seed,
                              cfg.max_steps, dist_.rank, dist_.world, start=step,
-                             pack=pack_multiple(cfg, dist_.device))
+                             pack=packing(cfg, model, dist_.device))
     workers = cfg.workers if cfg.workers >= 0 else (2 if cuda else 0)
     run.loader = data.batch_loader(steps, workers, pin_memory=cuda)
     run.stream = iter(run.loader)

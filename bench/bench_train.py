@@ -133,7 +133,8 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     make_ms = (time.perf_counter() - t0) / n * 1000
     if pack:
         # train.py --pack true: rows widths a multiple of 64 where compiled, as the unpacked lengths are
-        batches = [fast.plan_packing(b, obj.pad_multiple) for b in batches]
+        key_cost = 0.0 if impl == "flex" else fast.key_cost(model)   # flex skips the tiles between passages
+        batches = [fast.plan_packing(b, obj.pad_multiple, key_cost) for b in batches]
     batches = [b.to(device) for b in batches]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")

@@ -9,7 +9,10 @@ Batches are train.py's: data.prepare_pretrain's passages of seq_len - 3 tokens, 
 vocabulary, which changes no length). For each objective the table gives the share of padding positions in
 the tensors the blocks run on (B x L), over `batches` batches:
   one a row      the objective's own batch: every passage in its own row, padded to the longest
-  packed         fast.plan_packing: passages packed several to a row, rows as wide as the longest passage
+  packed         fast.plan_packing: passages packed several to a row, rows of fast.pack_width (the longest
+                 passage or a little wider, whichever costs the blocks least): `sdpa` prices a row's width with
+                 the preset's dense attention (fast.key_cost: every key of the row is computed), `flex` at no
+                 cost (FlexAttention skips the tiles between passages), as train.py does for each path
   x64            the same with lengths rounded up to a multiple of 64 (train.py's setting when it compiles)
 and rows/batch, the rows the packed batch has (the batch's passages in fewer rows). Runs on a CPU in seconds
 (after the corpus's vocabulary and tokens are cached).
@@ -21,27 +24,37 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch                                        # noqa: E402
+
 import data                                         # noqa: E402
 import fast                                         # noqa: E402
+import model as M                                   # noqa: E402
 from objectives import get_objective                # noqa: E402
 from objectives.masks import PAD                    # noqa: E402
 
 NAMES = ("unilm", "pmlm", "ernie_gen", "palm", "mass")
 
 
-def padding(batches, multiple, packing):
+def padding(batches, multiple, packing, key_cost=0.0):
     """Share of padding slots over the batches' (rows x width) tensors -> (share, rows per batch)."""
     real = slots = rows = 0
     for batch in batches:
         real += int((batch.kind != PAD).sum())
         if packing:
-            n, width = fast.plan_packing(batch, multiple).extras["pack_shape"]
+            n, width = fast.plan_packing(batch, multiple, key_cost).extras["pack_shape"]
         else:
             n, L = batch.kind.shape
             width = -(-L // multiple) * multiple
         slots += n * width
         rows += n
     return 1 - real / slots, rows / len(batches)
+
+
+def key_cost(preset, vocab_size):
+    """fast.key_cost of the preset's model (built on the meta device: shapes only, no memory)."""
+    with torch.device("meta"):
+        model = M.Transformer(M.ModelConfig(**{**M.PRESETS[preset], "vocab_size": vocab_size}))
+    return fast.key_cost(model)
 
 
 def measure(name, passages, tok, args):
@@ -54,8 +67,11 @@ def measure(name, passages, tok, args):
     row = {"objective": name}
     row["one a row"], _ = padding(batches, 1, False)
     row["one a row x64"], _ = padding(batches, 64, False)
-    row["packed"], row["rows/batch"] = padding(batches, 1, True)
-    row["packed x64"], row["rows/batch x64"] = padding(batches, 64, True)
+    cost = key_cost(args.preset, len(tok))
+    row["sdpa"], row["rows"] = padding(batches, 1, True, cost)
+    row["sdpa x64"], row["rows x64"] = padding(batches, 64, True, cost)
+    row["flex"], _ = padding(batches, 1, True, 0.0)
+    row["flex x64"], _ = padding(batches, 64, True, 0.0)
     return row
 
 
@@ -63,6 +79,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="", help="a text file or folder; '' = the embedded corpus")
     ap.add_argument("--seq_len", type=int, default=512)
+    ap.add_argument("--preset", default="base", help="the model size whose attention cost picks the width")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--batches", type=int, default=50)
     ap.add_argument("--vocab", type=int, default=8192)
@@ -76,12 +93,13 @@ def main():
     warnings.simplefilter("ignore")                # truncation and span-vocabulary notices
     rows = [measure(name, passages, tok, args) for name in args.only.split(",")]
     print(f"\n{args.data or 'the embedded corpus'}: {len(passages)} passages, text {args.seq_len}, "
-          f"batch {args.batch}, {args.batches} batches, vocab {len(tok)}")
-    print("| objective | one a row | packed | rows/batch | one a row x64 | packed x64 | rows/batch x64 |")
-    print("|---|---|---|---|---|---|---|")
+          f"batch {args.batch}, {args.batches} batches, vocab {len(tok)}, preset {args.preset}")
+    print("| objective | one a row | packed, sdpa | packed, flex | rows (sdpa) | one a row x64 | packed x64, sdpa "
+          "| packed x64, flex | rows x64 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['objective']} | {r['one a row']:.1%} | {r['packed']:.1%} | {r['rows/batch']:.1f} | "
-              f"{r['one a row x64']:.1%} | {r['packed x64']:.1%} | {r['rows/batch x64']:.1f} |")
+        print(f"| {r['objective']} | {r['one a row']:.1%} | {r['sdpa']:.1%} | {r['flex']:.1%} | {r['rows']:.1f} | "
+              f"{r['one a row x64']:.1%} | {r['sdpa x64']:.1%} | {r['flex x64']:.1%} | {r['rows x64']:.1f} |")
 
 
 if __name__ == "__main__":
