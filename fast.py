@@ -45,30 +45,32 @@ _COMPILED = {}
 # The switch for training
 
 
-def speed_up(model, compile=True):
+def speed_up(model, compile=True, dynamic=False):
     """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and
-    PALM's compiled copy scores; with compile, torch.compile of every block (any device). -> model.
-    On a CPU without compile it changes nothing (tests/test_fast.py)."""
+    PALM's compiled copy scores; with compile, torch.compile of every block (any device; dynamic:
+    compile_blocks's). -> model. On a CPU without compile it changes nothing (tests/test_fast.py)."""
     if next(model.parameters()).is_cuda:
         if model.rel_bias is not None:
             model.rel_bias.fast_lookup = BucketBias.apply
         if model.copy_head is not None:
             model.copy_head.fast_scores = compiled_additive_scores()
     if compile:
-        compile_blocks(model)
+        compile_blocks(model, dynamic)
     return model
 
 
-def compile_blocks(model):
+def compile_blocks(model, dynamic=False):
     """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
     compilation serves them all, in a fraction of the time of compiling the whole model; embeddings
     and heads stay eager. Twin: the eager blocks (bench/check_cuda.py compares them on a GPU)."""
     # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
     # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
     # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
+    # (packed batches come in more shapes, rows x width: bench_train.py --dynamic compiles one
+    # kernel for them all, dynamic=True, to compare)
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
     for block in model.blocks:
-        block.compile(dynamic=False)
+        block.compile(dynamic=dynamic)
     return model
 
 

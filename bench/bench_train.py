@@ -122,7 +122,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     model = M.Transformer(cfg).to(device)
     compiled = device.type == "cuda" and impl != "naive" and not args.eager
     # the fast layer as train.py switches it on: BucketBias and compiled copy scores on CUDA, compiled blocks
-    fast.speed_up(model, compile=compiled)
+    fast.speed_up(model, compile=compiled, dynamic=args.dynamic)
     if compiled:
         obj.pad_multiple = 64                      # as train.py does when it compiles
     rng = random.Random(0)
@@ -272,6 +272,8 @@ def main():
     ap.add_argument("--eager", action="store_true", help="no compiled blocks")
     ap.add_argument("--pack", choices=["off", "on", "both"], default="off",
                     help="several passages a row (train.py --pack): off, on, or both in one run")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="compile the blocks for dynamic shapes (one kernel for every packed shape)")
     ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
     ap.add_argument("--memory_gib", type=float, default=0,
                     help="use at most this much GPU memory (80 on an H200: what fits an H100 80GB)")

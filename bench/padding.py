@@ -14,12 +14,20 @@ the tensors the blocks run on (B x L), over `batches` batches:
                  the preset's dense attention (fast.key_cost: every key of the row is computed), `flex` at no
                  cost (FlexAttention skips the tiles between passages), as train.py does for each path
   x64            the same with lengths rounded up to a multiple of 64 (train.py's setting when it compiles)
-and rows/batch, the rows the packed batch has (the batch's passages in fewer rows). Runs on a CPU in seconds
+and rows, the rows the packed batch has (the batch's passages in fewer rows). Runs on a CPU in seconds
 (after the corpus's vocabulary and tokens are cached).
+
+    python bench/padding.py --speed tiny --seq_len 128 --batch 16 --batches 12    # + training speed on a CPU
+
+--speed PRESET also times training steps (forward, backward, AdamW) of a PRESET model on this device, the same
+batches one passage a row and packed (train.py --pack true), alternating so that a busy machine slows both alike:
+tokens/s are real tokens (padding excluded) over the median step time, the first step of each left out.
 """
 import argparse
 import random
+import statistics
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -75,6 +83,33 @@ def measure(name, passages, tok, args):
     return row
 
 
+def speed(name, passages, tok, args):
+    """Median step time (s) one passage a row and packed, and real tokens per step, on this device."""
+    obj = get_objective(name, tok, max_len=args.seq_len)
+    obj.set_step(10 ** 9, 10 ** 9)
+    cfg = M.ModelConfig(**{**M.PRESETS[args.speed], "vocab_size": len(tok), **obj.model_defaults})
+    torch.manual_seed(0)
+    model = M.Transformer(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cost = fast.key_cost(model)
+    times = {False: [], True: []}
+    tokens = []
+    for k in range(args.batches):
+        examples = data.batch_at(passages, args.batch, args.seed, k)
+        batch = obj.make_batch(examples, random.Random(f"{args.seed}:0:{k}:0"))
+        tokens.append(batch.n_tokens)
+        # alternate the order: a machine that slows down mid-step slows both
+        for packed in ((False, True) if k % 2 else (True, False)):
+            view = fast.packed(model, fast.plan_packing(batch, 1, cost)) if packed else model
+            t0 = time.perf_counter()
+            obj.loss(view, batch)[0].backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            times[packed].append(time.perf_counter() - t0)
+    per_step = statistics.mean(tokens[1:])
+    return {p: statistics.median(t[1:]) for p, t in times.items()}, per_step
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="", help="a text file or folder; '' = the embedded corpus")
@@ -86,6 +121,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--only", default=",".join(NAMES))
+    ap.add_argument("--speed", default="", help="a preset: also time its training steps, unpacked and packed")
     args = ap.parse_args()
     tok, splits, info = data.prepare_pretrain(args.data or None, args.vocab, args.cache,
                                               max_tokens=args.seq_len - 3, progress=True)
@@ -100,6 +136,16 @@ def main():
     for r in rows:
         print(f"| {r['objective']} | {r['one a row']:.1%} | {r['sdpa']:.1%} | {r['flex']:.1%} | {r['rows']:.1f} | "
               f"{r['one a row x64']:.1%} | {r['sdpa x64']:.1%} | {r['flex x64']:.1%} | {r['rows x64']:.1f} |")
+    if not args.speed:
+        return
+    print(f"\ntraining steps of the {args.speed} preset on {torch.get_num_threads()} CPU thread(s), torch "
+          f"{torch.__version__}, {args.batches} batches (sdpa; the first step of each way left out)")
+    print("| objective | one a row: step ms | tokens/s | packed: step ms | tokens/s | packed / one a row |")
+    print("|---|---|---|---|---|---|")
+    for name in args.only.split(","):
+        sec, tokens = speed(name, passages, tok, args)
+        print(f"| {name} | {sec[False] * 1000:.0f} | {tokens / sec[False]:,.0f} | {sec[True] * 1000:.0f} | "
+              f"{tokens / sec[True]:,.0f} | {sec[False] / sec[True]:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":
