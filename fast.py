@@ -259,10 +259,10 @@ def pack_width(lengths, multiple=1, key_cost=0.0):
 
 def plan_packing(batch, multiple=1, key_cost=0.0):
     """The packing of a Batch, computed on the CPU (where the batch is built): its passages go into
-    rows of pack_width, several to a row. -> the Batch with extras "pack_index" (B, L), the slot of
-    every token in the packed rows flattened (padding: the spare slot rows * width, dropped), and
-    "pack_shape" (rows, width). The batch itself stays as the objective made it: `packed` packs it
-    for the blocks and unpacks their output."""
+    rows of pack_width, several to a row. -> the Batch with three extras: "pack_tokens" (N,) where
+    its N real tokens are in the batch flattened (B * L), "pack_slots" (N,) where they go in the
+    packed rows flattened (rows * width), and "pack_shape" (rows, width). The batch itself stays as
+    the objective made it: `packed` packs it for the blocks and unpacks their output."""
     if len(batch) == 0:
         return batch
     real = batch.kind != PAD                                            # (B, L)
@@ -271,25 +271,34 @@ def plan_packing(batch, multiple=1, key_cost=0.0):
     place, rows = pack_rows(lengths, width)
     first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot
     # the real tokens of a passage keep their order, one slot after the other (PALM's gap closes)
-    index = first[:, None] + real.long().cumsum(1) - 1                  # (B, L)
-    index = index.masked_fill(~real, rows * width)
-    batch.extras.update(pack_index=index, pack_shape=(rows, width))
+    slot = first[:, None] + real.long().cumsum(1) - 1                   # (B, L)
+    batch.extras.update(pack_tokens=real.flatten().nonzero().squeeze(1), pack_slots=slot[real],
+                        pack_shape=(rows, width))
     return batch
 
 
-def pack(x, index, shape, fill):
-    """(B, L, ...) in the objective's layout -> (rows, width, ...) packed; empty slots get fill."""
-    rows, width = shape
-    out = x.new_full((rows * width + 1, *x.shape[2:]), fill)           # + the spare slot
-    out[index.flatten()] = x.flatten(0, 1)
-    return out[:-1].view(rows, width, *x.shape[2:])
+class Packing(NamedTuple):
+    """Where a batch's real tokens go in its packed rows (plan_packing's extras)."""
+    tokens: torch.Tensor          # (N,) positions in the batch flattened, (B * L)
+    slots: torch.Tensor           # (N,) slots in the packed rows flattened, (rows * width)
+    shape: tuple                  # (rows, width)
 
+    @classmethod
+    def of(cls, batch):
+        x = batch.extras
+        return cls(x["pack_tokens"], x["pack_slots"], x["pack_shape"])
 
-def unpack(y, index):
-    """(rows, width, ...) packed -> (B, L, ...) in the objective's layout; padding gets zeros."""
-    flat = y.flatten(0, 1)
-    flat = torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])])      # the spare slot: zeros
-    return flat[index]
+    def pack(self, x, fill):
+        """(B, L) in the objective's layout -> (rows, width) packed; the empty slots get fill."""
+        out = x.new_full((self.shape[0] * self.shape[1],), fill)
+        return out.index_put((self.slots,), x.flatten()[self.tokens]).view(self.shape)
+
+    def unpack(self, y, batch_shape):
+        """(rows, width, d) packed -> batch_shape + (d,) in the objective's layout; padding zeros.
+        Every index once (no padding row gathers many slots): a backward without collisions."""
+        flat = y.flatten(0, 1)[self.slots]                                  # (N, d)
+        out = flat.new_zeros(batch_shape[0] * batch_shape[1], y.size(-1))
+        return out.index_put((self.tokens,), flat).view(*batch_shape, y.size(-1))
 
 
 class Packed:
@@ -303,32 +312,29 @@ class Packed:
     mask gains "and only its own passage" (masks.attention_mask's passage; fast.mask_mod's too).
     """
 
-    def __init__(self, model, index, shape):
+    def __init__(self, model, packing: Packing):
         self.model = model
-        self.index = index
-        self.shape = shape
+        self.packing = packing
 
     def __getattr__(self, name):
         return getattr(self.model, name)
 
     def __call__(self, input_ids, position_ids, segment_ids, mask: MaskSpec):
-        index, shape = self.index, self.shape
+        p = self.packing
         B, L = input_ids.shape
         passage = torch.arange(B, device=input_ids.device)[:, None].expand(B, L)
-        ids = pack(input_ids, index, shape, 0)
-        packed = MaskSpec(pack(mask.kind, index, shape, PAD), pack(mask.step, index, shape, 0),
-                          pack(passage, index, shape, -1))
-        h = self.model(ids, pack(position_ids, index, shape, 0),
-                       pack(segment_ids, index, shape, 0), packed)     # (rows, width, d)
-        return unpack(h, index)                                        # (B, L, d)
+        spec = MaskSpec(p.pack(mask.kind, PAD), p.pack(mask.step, 0), p.pack(passage, -1))
+        h = self.model(p.pack(input_ids, 0), p.pack(position_ids, 0), p.pack(segment_ids, 0),
+                       spec)                                            # (rows, width, d)
+        return p.unpack(h, (B, L))                                      # (B, L, d)
 
 
 def packed(model, batch):
     """The model to hand objective.loss for this batch: a Packed view where plan_packing packed it,
     else the model itself (train.py's LossModule)."""
-    if "pack_index" not in batch.extras:
+    if "pack_shape" not in batch.extras:
         return model
-    return Packed(model, batch.extras["pack_index"], batch.extras["pack_shape"])
+    return Packed(model, Packing.of(batch))
 
 
 # --------------------------------------------------------------------------------------------------

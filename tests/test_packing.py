@@ -56,10 +56,10 @@ def model_for(name, tok, impl="naive", n_layer=2):
 
 def packed_inputs(batch):
     """The packed rows the blocks see: ids, positions, segments and the mask with its passage vector."""
-    index, shape = batch.extras["pack_index"], batch.extras["pack_shape"]
+    packing = fast.Packing.of(batch)
     B, L = batch.input_ids.shape
     passage = torch.arange(B)[:, None].expand(B, L)
-    p = lambda t, fill: fast.pack(t, index, shape, fill)
+    p = packing.pack
     spec = MaskSpec(p(batch.kind, PAD), p(batch.step, 0), p(passage, -1))
     return p(batch.input_ids, 0), p(batch.position_ids, 0), p(batch.segment_ids, 0), p(batch.labels, -100), spec
 
@@ -111,7 +111,8 @@ def test_pack_then_unpack_gives_every_token_back(tok, passages, pairs, name, tas
     assert ids.shape == (rows, width)
     # every real token exactly once, in its passage's order; the rest of the packed rows is padding
     assert int((spec.kind != PAD).sum()) == int(real.sum())
-    assert torch.equal(fast.unpack(pos[..., None], batch.extras["pack_index"])[..., 0][real], batch.position_ids[real])
+    unpack = lambda t: fast.Packing.of(batch).unpack(t[..., None], real.shape)[..., 0]
+    assert torch.equal(unpack(pos)[real], batch.position_ids[real]) and (unpack(ids)[~real] == 0).all()
     for b in range(len(batch)):
         mine = spec.passage == b
         assert torch.equal(ids[mine], batch.input_ids[b][real[b]])
@@ -119,13 +120,13 @@ def test_pack_then_unpack_gives_every_token_back(tok, passages, pairs, name, tas
         # a passage is contiguous in one row, its positions restarting as the objective made them
         r, cols = mine.nonzero(as_tuple=True)
         assert len(set(r.tolist())) == 1 and torch.equal(cols, torch.arange(cols[0], cols[0] + len(cols)))
-    assert torch.equal(fast.unpack(ids[..., None], batch.extras["pack_index"])[..., 0][real], batch.input_ids[real])
+    assert torch.equal(unpack(ids)[real], batch.input_ids[real])
 
 
 def test_an_empty_batch_is_left_as_it_is(tok):
     obj = get_objective("unilm", tok, max_len=128)
     batch = fast.plan_packing(obj.make_batch([[[]], [[]]], random.Random(0)))
-    assert len(batch) == 0 and "pack_index" not in batch.extras
+    assert len(batch) == 0 and "pack_shape" not in batch.extras
     assert fast.packed("model", batch) == "model"
 
 
@@ -192,7 +193,7 @@ def test_train_loss_module_packs(tok, passages, pairs):
     module = train.LossModule(model, obj)
     unpacked = data.StepBatches(obj, passages["train"], 8, 1, 0, 10).build(3)[0]
     packed = data.StepBatches(obj, passages["train"], 8, 1, 0, 10, pack=fast.plan_packing).build(3)[0]
-    assert "pack_index" not in unpacked.extras and packed.extras["pack_shape"][0] < len(packed)
+    assert "pack_shape" not in unpacked.extras and packed.extras["pack_shape"][0] < len(packed)
     with torch.no_grad():
         torch.testing.assert_close(module(packed)[0], module(unpacked)[0], rtol=1e-12, atol=1e-12)
 
