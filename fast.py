@@ -48,7 +48,8 @@ _COMPILED = {}
 def speed_up(model, compile=True, dynamic=False):
     """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and
     PALM's compiled copy scores; with compile, torch.compile of every block (any device; dynamic:
-    compile_blocks's). -> model. On a CPU without compile it changes nothing (tests/test_fast.py)."""
+    compile_blocks's). -> model. On a CPU without compile it changes nothing
+    (tests/test_fast.py)."""
     if next(model.parameters()).is_cuda:
         if model.rel_bias is not None:
             model.rel_bias.fast_lookup = BucketBias.apply
