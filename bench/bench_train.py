@@ -134,7 +134,9 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     if pack:
         # train.py --pack true: rows widths a multiple of 64 where compiled, as the unpacked lengths are
         key_cost = 0.0 if impl == "flex" else fast.key_cost(model)   # flex skips the tiles between passages
-        batches = [fast.plan_packing(b, obj.pad_multiple, key_cost) for b in batches]
+        # widths a multiple of 64 for static compiled shapes (train.py's); of 8 where compiled for any shape
+        multiple = 8 if args.dynamic and compiled else obj.pad_multiple
+        batches = [fast.plan_packing(b, multiple, key_cost) for b in batches]
     batches = [b.to(device) for b in batches]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
