@@ -10,6 +10,8 @@ For every objective's real pre-training batch (base preset shapes, random weight
   - the gradients of every parameter of the same loss, flex and sdpa against naive (fp32), with fast.speed_up's
     BucketBias on the sdpa path;
   - the model with compiled blocks (fast.speed_up, train.py's default on CUDA) against the eager one;
+  - packed rows (fast.plan_packing / fast.Packed, train.py --pack, its default on CUDA) against one passage a row:
+    the gradients of the same loss on a batch of passages of mixed lengths, sdpa and flex (fp32);
 and PALM's compiled copy scores (fast.compiled_additive_scores) against model.additive_scores (values and gradients),
 fast.BucketBias against RelativePositionBias.lookup, beam decoding with the readable KV cache against recomputation
 (tokens identical), and decoding with fast.StaticStep replayed as a CUDA graph against the readable cache (greedy and
@@ -72,6 +74,7 @@ def check_objective(name, tok, dev, rows):
         err = rel(grads(model, obj, batch, impl), ref)
         ok &= err < 1e-3
         rows.append((name, f"{impl} vs naive, gradients, fp32", f"{err:.2e}", err < 1e-3))
+    ok &= check_packing(model, obj, tok, dev, rows, name)
     eager = hidden(model, batch, "flex", torch.bfloat16)
     fast.speed_up(model, compile=True)
     err = rel(hidden(model, batch, "flex", torch.bfloat16), eager)
@@ -86,6 +89,27 @@ def check_objective(name, tok, dev, rows):
     same = [x[0][0] for x in a] == [x[0][0] for x in b]
     rows.append((name, "beam 3: cache vs no cache (fp32)", "tokens equal" if same else "tokens differ", same))
     return ok and same and check_graph(name, model, obj_s2s, sources, rows)
+
+
+def check_packing(model, obj, tok, dev, rows, name):
+    """train.py --pack: 16 passages of mixed lengths packed several to a row (rows of width fast.pack_width)
+    against the same batch one passage a row: the gradients of every parameter of the objective's loss."""
+    rng = random.Random(2)
+    mixed = [p[:rng.randint(1, len(p))] for p in passages(16, 509, len(tok), rng)]
+    batch = fast.plan_packing(obj.make_batch(mixed, random.Random(2)), 64, fast.key_cost(model)).to(dev)
+    ok = True
+    for impl in ("sdpa", "flex"):
+        model.config.attn_impl = impl
+        want = grads(model, obj, batch, impl)
+        model.zero_grad(set_to_none=True)
+        obj.loss(fast.packed(model, batch), batch)[0].backward()
+        got = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        err = rel(got, want)
+        ok &= err < 1e-3
+        shape = batch.extras["pack_shape"]
+        rows.append((name, f"packed ({len(batch)} passages in {shape[0]} rows of {shape[1]}) vs one a row, "
+                           f"gradients, {impl}, fp32", f"{err:.2e}", err < 1e-3))
+    return ok
 
 
 def check_graph(name, model, obj, sources, rows):
