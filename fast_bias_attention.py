@@ -28,8 +28,10 @@ The two ops are torch.library custom ops, so the compiled blocks (fast.compile_b
 as opaque calls with a registered backward.
 
 Needs triton (not a requirement of the project: CI and CPUs never import this file unless the
-switch is used). Left out: dropout on the attention weights (as the FlexAttention path), a KV cache
-(decoding keeps the SDPA path), head sizes that are not a power of two from 16 to 128, autotuning.
+switch is used). Triton's interpreter gets bf16 matrix products wrong, so there (only) the kernels
+multiply bf16 tiles in fp32: exact products, as the tensor cores make them. Left out: dropout on
+the attention weights (as the FlexAttention path), a KV cache (decoding keeps the SDPA path), head
+sizes other than 16, 32, 64 and 128, autotuning.
 """
 import math
 import os
@@ -45,8 +47,10 @@ from objectives import masks
 TILE = 32                      # the granularity of the tile-state table
 LOG2E = 1.4426950408889634     # log2(e): the kernels use exp2
 # (query rows, key columns, warps, stages) of each kernel's tiles, multiples of TILE. Chosen so that
-# the sm_90 build keeps (nearly) everything in registers (ptxas: at most 8 bytes of stack): the
-# bias gather holds a 64-bit address per score, and 128 x 64 tiles on 4 warps spilled 2 KB a thread.
+# the sm_90 build keeps (nearly) everything in registers (built on a CPU with triton's ptxas: at
+# most 8 bytes of stack a thread, bf16): the bias gather holds a 64-bit address per score, and
+# 128 x 64 tiles on 4 warps spilled 2 KB a thread. Not yet timed against other shapes on a GPU
+# (bench/profile_step.py --part triton times four).
 FORWARD = (128, 32, 8, 2)
 BACKWARD_KV = (32, 128, 8, 2)
 BACKWARD_Q = (128, 32, 8, 2)

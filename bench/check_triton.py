@@ -2,6 +2,7 @@
 
     python bench/check_triton.py            # a CPU: Triton's interpreter (TRITON_INTERPRET=1)
     python bench/check_triton.py --base     # a GPU: also base size (B 8, H 12, L 704, D 64)
+    python bench/check_triton.py --build    # no GPU needed: build the kernels for sm_90, spills
 
 Needs triton (pip install triton; not a requirement of the project). Checks, each against
 model.naive_attention with Transformer.encode's dense mask (masks.attention_mask, padding queries
@@ -246,6 +247,56 @@ def check_model(dev, rows, preset=None, text=60, batch=2):
     return ok
 
 
+def check_build(rows):
+    """Build the three kernels for an H100 (sm_90) without one, with triton's own ptxas: what the
+    interpreter lets through and the compiler does not (a rule-of-Triton error, a spill). Reports
+    each kernel's stack bytes a thread (0: everything in registers) and shared memory."""
+    import subprocess
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    import fast_bias_attention as FBA
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    pointers = dict(LSE="fp32", DELTA="fp32", BIAS="fp32", DTABLE="fp32", TILES="i8")
+    ints = {"H", "L", "n_tiles", "n_dist", "offset"}
+    ok = True
+    for dtype, prec in (("bf16", "tf32"), ("fp32", "ieee")):
+        for fn, shape, extra in ((FBA._forward, FBA.FORWARD, {}),
+                                 (FBA._backward_kv, FBA.BACKWARD_KV, {}),
+                                 (FBA._backward_q, FBA.BACKWARD_Q, {"NB": 32})):
+            BM, BN, warps, stages = shape
+            consts = dict(BM=BM, BN=BN, D=64, TILE=FBA.TILE, PREC=prec, **extra)
+            signature = {}
+            for name in fn.arg_names:
+                if name in consts:
+                    signature[name] = "constexpr"
+                elif name in ("scale", "scale2"):
+                    signature[name] = "fp32"
+                elif name in ints or (name[0] == "s" and "_" in name):
+                    signature[name] = "i32"
+                elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV"):
+                    signature[name] = "*" + dtype
+                else:
+                    signature[name] = "*" + pointers.get(name, "i32")
+            label = f"{fn.__name__}, {dtype}, tiles {shape}"
+            try:
+                kernel = triton.compile(ASTSource(fn, signature, constexprs=consts),
+                                        target=GPUTarget("cuda", 90, 32),
+                                        options=dict(num_warps=warps, num_stages=stages))
+                cubin = Path(os.environ.get("TMPDIR", "/tmp"), "fast_bias_attention.cubin")
+                cubin.write_bytes(kernel.asm["cubin"])
+                usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)],
+                                       capture_output=True, text=True).stdout
+                stack = next(w for w in usage.split() if w.startswith("STACK:"))
+                wgmma = kernel.asm["ptx"].count("wgmma.mma_async")
+                rows.append(("build, sm_90", label,
+                             f"{stack}, shared {kernel.metadata.shared} B, {wgmma} wgmma", True))
+            except Exception as e:
+                ok = False
+                rows.append(("build, sm_90", label, f"{type(e).__name__}: {str(e)[:200]}", False))
+    return ok
+
+
 def check(dev, base=False):
     """Every check on device dev -> (rows, ok)."""
     rows, ok = [], True
@@ -268,6 +319,8 @@ def check(dev, base=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", action="store_true", help="also base size (slow without a GPU)")
+    ap.add_argument("--build", action="store_true",
+                    help="only build the kernels for sm_90 (no GPU needed) and report their spills")
     args = ap.parse_args()
     try:
         import triton                                      # noqa: F401
@@ -276,10 +329,16 @@ def main():
               file=sys.stderr)
         sys.exit(2)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    rows, ok = check(dev, args.base)
+    if args.build:
+        # the compiler, not the interpreter
+        os.environ.pop("TRITON_INTERPRET", None)
+        rows = []
+        ok = check_build(rows)
+    else:
+        rows, ok = check(dev, args.base)
     where = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu, Triton's interpreter"
     print(f"\n{where}, torch {torch.__version__}, triton {triton.__version__}")
-    print("| layout | check | relative error | |\n|---|---|---|---|")
+    print("| layout | check | result (relative error) | |\n|---|---|---|---|")
     for label, what, value, good in rows:
         print(f"| {label} | {what} | {value} | {'ok' if good else 'FAIL'} |")
     sys.exit(0 if ok else 1)
