@@ -2,6 +2,7 @@
 passes of FlexAttention and SDPA's math backend, and no CUDA graph).
 
     python bench/check_cuda.py
+    python bench/check_cuda.py triton      # only fast_bias_attention.py's checks (bench/check_triton.py)
 
 For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
   - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (fast.encode_flex: block mask from
@@ -16,7 +17,8 @@ and PALM's compiled copy scores (fast.compiled_additive_scores) against model.ad
 fast.BucketBias against RelativePositionBias.lookup, beam decoding with the readable KV cache against recomputation
 (tokens identical), and decoding with fast.StaticStep replayed as a CUDA graph against the readable cache (greedy and
 beam 3, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps (the
-graph then gives way to the eager static step). Prints a table; exits non-zero if a check fails. Without CUDA it
+graph then gives way to the eager static step), and fast_bias_attention.py's Triton attention (bench/check_triton.py at
+base size). Prints a table; exits non-zero if a check fails. Without CUDA it
 exits with one line saying so (status 2).
 """
 import random
@@ -177,7 +179,24 @@ def check_bucket_bias(dev, rows):
     return ok
 
 
+def check_triton_bias(dev, rows):
+    """fast_bias_attention.py (Triton: the relative bias and the mask rule inside the tiles) against the readable
+    path: bench/check_triton.py's checks at small and base size, values and gradients (q, k, v, the bias table),
+    fp32 and bf16, tile skipping, and the pmlm model through fast.use_triton_bias (compiled blocks too)."""
+    try:
+        from bench import check_triton
+        import fast_bias_attention                                       # noqa: F401
+    except ImportError as e:
+        rows.append(("pmlm", "triton attention", f"not importable: {e}", False))
+        return False
+    found, ok = check_triton.check(dev, base=True)
+    rows.extend((f"triton: {label}", what, value, good) for label, what, value, good in found)
+    return ok
+
+
 def main():
+    # `python bench/check_cuda.py triton`: only the Triton attention's checks
+    only_triton = sys.argv[1:] == ["triton"]
     if not torch.cuda.is_available():
         print("check_cuda.py: error: this check needs a CUDA GPU (none here); the CPU-runnable twins are "
               "tests/test_fast.py and tests/test_attention_paths.py", file=sys.stderr)
@@ -185,15 +204,21 @@ def main():
     dev = torch.device("cuda")
     tok = synthetic_tokenizer(30522)
     rows, ok = [], True
-    for name in ("unilm", "pmlm", "ernie_gen", "palm"):
+    for name in () if only_triton else ("unilm", "pmlm", "ernie_gen", "palm"):
         try:
             ok &= check_objective(name, tok, dev, rows)
         except Exception as e:                       # report, and go on with the other checks
             ok = False
             rows.append((name, "check crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
         torch.cuda.empty_cache()
-    ok &= check_copy_scores(dev, rows)
-    ok &= check_bucket_bias(dev, rows)
+    if not only_triton:
+        ok &= check_copy_scores(dev, rows)
+        ok &= check_bucket_bias(dev, rows)
+    try:
+        ok &= check_triton_bias(dev, rows)
+    except Exception as e:                           # report, and print the table
+        ok = False
+        rows.append(("pmlm", "triton attention crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| objective | check | result | |\n|---|---|---|---|")
     for name, what, value, good in rows:
