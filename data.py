@@ -1,35 +1,20 @@
 """Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs
-(seq2seq).
+(seq2seq). docs/data.md describes the embedded corpus, the caches and the sharding.
 
-Every objective consumes the same two kinds of example (docs/how-it-fits-together.md, "Contracts"):
-  pretrain  one contiguous passage of a document: a list of sentences, each a list of token ids
-            (UniLM Sec. 2.3 samples "segments" from such text; the objective decides how to cut it)
-  seq2seq   (src_ids, tgt_ids)
-No special tokens are added here: objectives add [SOS]/[EOS]/[MASK]/[P]/[ATTN] themselves, so a
-caller passes a passage budget of max_len minus the room its objective needs.
-
-The embedded default corpus is the English prose CPython ships, so it is real and offline
-everywhere: the pydoc topics (`pydoc_data.topics`) and the docstrings of the standard library, read
-by parsing its .py files with `ast` (never importing them). The default seq2seq task turns the same
-docstrings into "docstring body -> one-line summary" pairs, split train/valid/test by module. On
-CPython 3.11: 462 documents, 2.1M characters, 24k sentences; 2,663 seq2seq pairs.
+A pre-training example is one passage of a document, a list of sentences of token ids (the
+objective cuts it); a seq2seq example is (src_ids, tgt_ids). No special tokens are added here.
+The embedded default corpus is the English prose CPython ships (the pydoc topics and the stdlib's
+docstrings, parsed with `ast`), real and offline everywhere; its seq2seq task pairs a docstring's
+body with its summary line.
 
     tok, splits, info = prepare_pretrain()                 # embedded corpus, cached in .cache/
     tok, splits, info = prepare_pretrain("my_texts/")      # *.txt files, blank line = new document
     pairs = prepare_seq2seq("data/train.article.txt", tok) # + valid/test siblings if present
-    for batch, state in infinite_batches(splits["train"], 32, seed=0, rank=r, world_size=w): ...
     loader = batch_loader(StepBatches(objective, splits["train"], 32, 1, 0, 1000), workers=2)
 
-Everything slow (stdlib parsing, vocabulary training, tokenization) is cached under cache_dir and
-rebuilt when its inputs change; delete the folder at any time. Under torchrun, let rank 0 prepare
-first (then a barrier) so the ranks do not all build the same cache.
-
-train.py's loop reads a DataLoader over StepBatches (the end of this file): every training step's
-Batches, built by the objective in worker processes on a GPU machine, in the training process on a
-CPU, the same whichever builds them.
-
-Left out on purpose: streaming corpora larger than memory, sentence splitting by a trained model
-(the regex splitter's limits are listed at split_sentences), and any download.
+Everything slow is cached under cache_dir and rebuilt when its inputs change. StepBatches (the end
+of this file) builds every training step's Batches, the same whichever process builds them.
+Left out: corpora larger than memory, a trained sentence splitter, any download.
 """
 import ast
 import functools
@@ -69,8 +54,7 @@ def _sha1(*parts) -> str:
 
 
 def _code_key(cls) -> str:
-    """Hash of the file defining the tokenizer class: editing tokenizer.py retrains and
-    re-tokenizes."""
+    """Hash of the file defining the tokenizer class: editing tokenizer.py rebuilds the caches."""
     return hashlib.sha1(Path(inspect.getfile(cls)).read_bytes()).hexdigest()
 
 
@@ -80,7 +64,6 @@ def _bucket(name: str) -> float:
 
 
 # ------------------------------------------------------------------------------ the embedded corpus
-
 # test suites, the IDE, the turtle demos, installed third-party packages, generated codec tables
 _SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "turtledemo", "site-packages",
               "dist-packages", "__pycache__", "encodings", "ensurepip"}
@@ -121,10 +104,9 @@ def _parse_stdlib(root: Path) -> dict:
 
 def stdlib_docstrings(cache_dir=".cache") -> dict:
     """{"files", "failed", "modules": [{"module", "docstrings": [[qualname, doc], ...]}]}, cached as
-    JSON keyed by the Python version and stdlib path (parsing the whole stdlib takes seconds)."""
+    JSON keyed by the Python version and stdlib path (cache_dir None: no cache)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     key = _sha1(sys.version, root, _VERSION)[:12]
-    # None: no cache
     path = Path(cache_dir) / f"stdlib-docstrings-{key}.json" if cache_dir else None
     if path and path.exists():
         return json.loads(path.read_text(encoding="utf-8"))
@@ -178,7 +160,6 @@ def default_seq2seq(cache_dir=".cache") -> dict[str, list[tuple[str, str]]]:
 
 
 # --------------------------------------------------------------------------- sentences and passages
-
 _PARAGRAPH = re.compile(r"\n\s*\n")
 # end punctuation (+ closing quotes/brackets), whitespace, then something that can start a sentence
 _BOUNDARY = re.compile(r"""[.!?]+["')\]]*\s+(?=[A-Z0-9"'(\[])""")
@@ -188,15 +169,10 @@ _INITIALS = re.compile(r"(?:[a-z]\.)+[a-z]")  # "u.s", "a.b.c"
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split text into sentences (whitespace inside each collapsed to single spaces).
-
-    Blank lines always split (paragraphs). Inside a paragraph, split after . ! ? (and any closing
-    quotes/brackets) followed by whitespace and a capital, digit, quote or bracket, except after an
-    abbreviation ("e.g.", "etc.", "Mr."), a single letter ("J. Smith") or dotted initials
-    ("U.S."). Code stays whole: "os.path.join" or "3.14" have no whitespace after the dot.
-    Limits (it is a regex): a sentence really ending in "etc." or "U.S." is merged with the next
-    one; a sentence starting lower-case ("iPhone", "x is") is not split off; code blocks and lists
-    without end punctuation become one long "sentence" (make_passages cuts those to the budget).
+    """Split text into sentences (whitespace collapsed): at blank lines, and after . ! ? (and
+    closing quotes/brackets) followed by whitespace and a capital, digit, quote or bracket, except
+    after an abbreviation ("e.g."), a single letter ("J. Smith") or initials ("U.S."). Its limits
+    are listed in docs/data.md.
     """
     sentences = []
     for para in _PARAGRAPH.split(text):
@@ -215,13 +191,9 @@ def split_sentences(text: str) -> list[str]:
 
 
 def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list[int]]]:
-    """Pack one document's tokenized sentences, in order, into passages of at most max_tokens
-    tokens.
-
-    A passage is a list of whole, consecutive sentences; a sentence longer than the budget is first
-    cut into budget-sized pieces (each then counts as a sentence). Empty sentences are dropped, so
-    no passage and no sentence is empty; concatenating all passages gives back the document's
-    tokens. max_tokens excludes special tokens: pass max_len minus the room your objective adds.
+    """Pack one document's tokenized sentences, in order, into passages of whole consecutive
+    sentences, at most max_tokens tokens (specials excluded) each; a longer sentence is first cut
+    into budget-sized pieces. No passage or sentence is empty; together they give back the text.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -244,10 +216,8 @@ def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list
 
 
 # ------------------------------------------------------------------------------- reading user files
-
 def _read_text(path) -> str:
-    """A file's text (utils.read_text: missing path, bytes that are not UTF-8), refusing an empty
-    file."""
+    """A file's text (utils.read_text: missing path, bytes not UTF-8), refusing an empty file."""
     text = read_text(path)
     if not text.strip():
         raise DataError(f"{path}: file is empty")
@@ -255,12 +225,8 @@ def _read_text(path) -> str:
 
 
 def read_documents(path, one_per_line=False) -> list[Document]:
-    """Documents from a .txt file or a folder (every *.txt below it, sorted by path).
-
-    A blank line separates documents (so a book's paragraphs are documents, and passages never cross
-    them); newlines inside a document are just spaces. With one_per_line=True every non-empty line
-    is a document instead (one-article-per-line corpora). Document names are "file#index".
-    """
+    """Documents ("file#index") from a .txt file or a folder (every *.txt below it, sorted): a
+    blank line separates documents; with one_per_line=True every non-empty line is one."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.rglob("*.txt"))
@@ -320,11 +286,9 @@ def _read_jsonl(path: Path):
 
 
 def read_seq2seq(path) -> list[tuple[str, str]]:
-    """(src, tgt) pairs from jsonl ({"src": ..., "tgt": ...} a line; blank lines ignored) or from
-    parallel line files (X.src + X.tgt, X.article.txt + X.title.txt, src-X.txt + tgt-X.txt; either
-    file of the pair or X itself may be given). Pairs with an empty target are skipped with a
-    warning that counts them; every other problem is a DataError naming the file and line (or byte
-    offset)."""
+    """(src, tgt) pairs from jsonl ({"src": ..., "tgt": ...} a line) or from parallel line files
+    (_PARALLEL; either file or the common part X). Empty targets are skipped with a warning; every
+    other problem is a DataError naming the file and line."""
     src_path, tgt_path = _resolve_seq2seq(path)
     if tgt_path is None:
         rows = list(_read_jsonl(src_path))
@@ -345,7 +309,6 @@ def read_seq2seq(path) -> list[tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------- tokenize once, cache
-
 def _save_arrays(folder: Path, arrays: dict, meta: dict):
     for name, arr in arrays.items():
         atomic_write(folder / f"{name}.npy", lambda f: np.save(f, arr))
@@ -395,8 +358,7 @@ def _split_documents(docs, valid_frac, label):
 
 
 def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
-    """Train a WordPiece on the training documents, or load the one trained before on the same
-    corpus."""
+    """Train a WordPiece on the training documents, or load the one trained on the same corpus."""
     from tokenizer import WordPiece
     key = _sha1(corpus_key, _code_key(WordPiece))[:12]
     path = Path(cache_dir) / f"vocab-{key}-{vocab_size}.txt"
@@ -416,18 +378,11 @@ def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=
                      valid_frac=0.02, tokenizer=None, progress=True, one_per_line=False):
     """-> (tokenizer, {"train": passages, "valid": passages}, info).
 
-    data: None (the embedded corpus), a path for read_documents (one_per_line passed on), or a
-    list of Documents.
-    Documents go to train/valid by a stable hash of their name. Without a tokenizer, a WordPiece is
-    trained on the train documents (vocab-*.txt in cache_dir). Sentences are tokenized once and
-    cached as numpy arrays, keyed by the corpus content, valid_frac, the tokenizer's fingerprint and
-    the source of tokenizer.py (an edited tokenizer retrains the vocabulary and re-tokenizes);
-    passages of max_tokens (special tokens excluded) are packed at load time, so changing
-    max_tokens is free.
-    The default 253 suits max_len 256 with UniLM's [SOS] A [EOS] B [EOS]; PMLM, which appends [P]
-    and original tokens for every masked span, needs a smaller budget for the same max_len.
-    info: cache ("hit" | "rebuilt"), vocab ("hit" | "trained" | "given"), cache_path, and per split
-    counts of documents, sentences, tokens and passages.
+    data: None (the embedded corpus), a path for read_documents, or a list of Documents, split by
+    a stable hash of their names. Without a tokenizer a WordPiece is trained on the train split.
+    Sentences are tokenized once and cached; passages of max_tokens (253 suits max_len 256 with
+    [SOS] A [EOS] B [EOS]) are packed at load time. info: cache, vocab, cache_path, and per split
+    the counts of documents, sentences, tokens and passages.
     """
     if data is None:
         docs = default_documents(cache_dir)
@@ -473,8 +428,7 @@ def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=
 
 
 def _sibling_splits(path) -> dict[str, Path]:
-    """A file named with "train" brings siblings named "valid" (or "dev") and "test" in its
-    place."""
+    """A file named with "train" brings siblings named "valid" (or "dev") and "test" instead."""
     src, _ = _resolve_seq2seq(path)
     found = {"train": Path(path)}
     if "train" in src.name:
@@ -494,14 +448,9 @@ def seq2seq_sources(path) -> dict[str, Path]:
 
 
 def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True):
-    """-> {"train" | "valid" | "test": [(src_ids, tgt_ids), ...]} (a split without data is an empty
-    list).
-
-    data=None: the embedded docstring-summary task. A path: read_seq2seq(path) becomes "train"; if
-    the source file's name contains "train" (train.jsonl, train.article.txt, ...), files named with
-    "valid" (or "dev") and "test" in its place are picked up as those splits. Tokenized pairs are
-    cached in cache_dir, keyed by the pairs' content, the tokenizer's fingerprint and its source
-    file.
+    """-> {"train" | "valid" | "test": [(src_ids, tgt_ids), ...]} (maybe empty), tokenized once and
+    cached. data=None: the embedded docstring-summary task; a path: read_seq2seq(path) is "train",
+    its siblings named with "valid" (or "dev") and "test" for "train" the other splits.
     """
     if tokenizer is None:
         raise TypeError("prepare_seq2seq needs the tokenizer the model was pre-trained with")
@@ -540,15 +489,12 @@ def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True
 
 
 # -------------------------------------------------------------------- batches for one or many ranks
-
 def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=True, start=0):
-    """Yield lists of examples for one epoch, as this rank's share.
+    """Yield lists of examples for one epoch, as this rank's share, from batch `start` on.
 
-    The order is a shuffle fixed by (seed, epoch), identical on every rank. Rank r takes every
-    world_size-th example from position r, so ranks are disjoint and together cover the data; every
-    rank yields the SAME number of batches (DDP would hang otherwise): with drop_last the tail that
-    does not fill a batch on every rank is dropped, without it the order is padded by wrapping
-    around and the last batch may be smaller. start skips the first `start` batches (for resuming).
+    A shuffle fixed by (seed, epoch); rank r takes every world_size-th example from position r, so
+    ranks are disjoint, and every rank yields the SAME number of batches (DDP would hang
+    otherwise): drop_last drops the tail, else the order wraps around to fill it.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
@@ -559,8 +505,7 @@ def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=T
 
 @functools.lru_cache(maxsize=4)
 def _rank_order(n, seed, epoch, rank, world_size, drop_last):
-    """This rank's example indices for one epoch: the shared shuffle, every world_size-th from
-    position rank."""
+    """This rank's example indices for one epoch: every world_size-th of the shared shuffle."""
     order = list(range(n))
     random.Random(f"batches:{seed}:{epoch}").shuffle(order)
     per_rank = _per_rank(n, world_size, drop_last)
@@ -569,9 +514,8 @@ def _rank_order(n, seed, epoch, rank, world_size, drop_last):
 
 
 def batch_at(examples, batch_size, seed, index, rank=0, world_size=1, drop_last=True):
-    """Batch number `index` of this rank's endless stream (epoch after epoch): what infinite_batches
-    yields `index`-th. Random access, so a DataLoader worker builds any step's batch without
-    replaying the others."""
+    """Batch number `index` of this rank's endless stream, epoch after epoch of `batches`: random
+    access, so a DataLoader worker builds any step's batch without replaying the others."""
     per_epoch = num_batches(len(examples), batch_size, world_size, drop_last)
     if per_epoch == 0:
         raise DataError(f"{len(examples)} examples are too few for batch_size {batch_size} "
@@ -591,39 +535,14 @@ def num_batches(n_examples, batch_size, world_size=1, drop_last=True) -> int:
     return per_rank // batch_size if drop_last else -(-per_rank // batch_size)
 
 
-def infinite_batches(examples, batch_size, seed, rank=0, world_size=1, drop_last=True, state=None):
-    """Yield (batch, state) forever, epoch after epoch. state = {"epoch", "index"} is the position
-    of the NEXT batch: save the one that came with the last batch you trained on, and pass it back
-    here to resume exactly where you stopped."""
-    state = dict(state or {"epoch": 0, "index": 0})
-    per_epoch = num_batches(len(examples), batch_size, world_size, drop_last)
-    if per_epoch == 0:
-        raise DataError(f"{len(examples)} examples are too few for batch_size {batch_size} "
-                        f"on {world_size} rank(s)")
-    epoch = state["epoch"]
-    index = state["index"]
-    while True:
-        for batch in batches(examples, batch_size, seed, epoch, rank, world_size, drop_last,
-                             start=index):
-            index += 1
-            at_end = index == per_epoch
-            yield batch, ({"epoch": epoch + 1, "index": 0} if at_end
-                          else {"epoch": epoch, "index": index})
-        epoch = epoch + 1
-        index = 0
-
-
 # ---------------------------------------------------------------- train.py's stream of step batches
-
 class StepBatches(torch.utils.data.IterableDataset):
-    """Every training step's micro-batches (a list of grad_accum objectives.Batch), built on the CPU
-    by the objective, as (step, batches, the objective's count of skipped examples).
+    """Every training step's micro-batches (grad_accum objectives.Batch), built on the CPU by the
+    objective, as (step, batches, the objective's count of skipped examples).
 
-    Step s of rank r always gets the same examples (batch_at: micro-batch s * grad_accum + m of the
-    rank's stream) and the same randomness (seeded by seed, rank, step, micro), whichever process
-    builds it: a resumed run replays exactly, and DDP ranks read disjoint shards. In a DataLoader
-    with W workers, worker w builds the steps s = w (mod W) and the DataLoader hands them over in
-    order; without workers the training process builds them itself.
+    Step s of rank r always gets the same examples (batch_at) and randomness (seeded by seed, rank,
+    step, micro), whichever process builds it: a resumed run replays exactly. In a DataLoader with
+    W workers, worker w builds the steps s = w (mod W); without workers the trainer builds them.
     """
 
     def __init__(self, objective, examples, batch_size, grad_accum, seed, max_steps, rank=0,
@@ -645,8 +564,7 @@ class StepBatches(torch.utils.data.IterableDataset):
             yield step, self.build(step), dict(self.objective.skipped)
 
     def build(self, step):
-        # PALM's two stages switch on the step
-        self.objective.set_step(step, self.max_steps)
+        self.objective.set_step(step, self.max_steps)           # PALM's two stages
         batches = []
         for micro in range(self.grad_accum):
             index = step * self.grad_accum + micro
@@ -658,16 +576,15 @@ class StepBatches(torch.utils.data.IterableDataset):
 
 
 def leave_signals_to_the_trainer(worker_id):
-    """A DataLoader worker ignores Ctrl-C and SIGTERM: a terminal, a scheduler or `timeout` signals
-    the whole process group, and the training process alone decides (it stops cleanly, with a
-    checkpoint, then ends its workers)."""
+    """A DataLoader worker ignores Ctrl-C and SIGTERM, sent to the whole process group: the
+    trainer alone decides (it stops with a checkpoint, then ends its workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def batch_loader(dataset, workers=0, pin_memory=False):
-    """A DataLoader over StepBatches: `workers` processes build the steps ahead (0: the calling
-    process builds each when asked), pinned memory for asynchronous copies to a GPU."""
+    """A DataLoader over StepBatches: `workers` processes build the steps ahead (0: the caller
+    builds each when asked); pinned memory for asynchronous copies to a GPU."""
     return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
                                        pin_memory=pin_memory,
                                        prefetch_factor=4 if workers else None,
@@ -676,10 +593,9 @@ def batch_loader(dataset, workers=0, pin_memory=False):
 
 
 # ------------------------------------------------------------------------------------- command line
-
 def export_seq2seq(out_dir, cache_dir=".cache"):
-    """Write the embedded seq2seq task as files: {split}.jsonl for train.py, test.src / test.tgt
-    (one text a line) for generate.py and evaluate.py."""
+    """Write the embedded seq2seq task: {split}.jsonl for train.py, test.src / test.tgt for
+    generate.py and evaluate.py."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = default_seq2seq(cache_dir)

@@ -1,38 +1,18 @@
-"""evaluate.py -- ROUGE, BLEU-4 and distinct-n, written from scratch.
+"""evaluate.py -- ROUGE, BLEU-4 and distinct-n, written from scratch (docs/metrics.md tells more).
 
-What it implements
-  * ROUGE-1/2/L/Lsum (Lin, 2004, "ROUGE: A Package for Automatic Evaluation of Summaries"):
-    n-gram overlap (Sec. 2), LCS (Sec. 3.1) and summary-level union LCS (Sec. 3.2). Every
-    number equals Google's `rouge-score` 0.1.2 (`RougeScorer([...], use_stemmer=stem)`),
-    including its tokenizer, its zero conventions and its way of not double-counting hits.
-  * The Porter stemmer (Porter, 1980, "An algorithm for suffix stripping") in NLTK's default
-    mode (NLTK_EXTENSIONS), the one rouge-score uses: `porter_stem(word)`.
-  * Corpus BLEU-4 (Papineni et al., 2002) equal to sacrebleu 2.6.0 `corpus_bleu` defaults:
-    mteval-v13a tokenizer (or none), clipped n-gram counts, brevity penalty, 'exp' smoothing.
-  * distinct-n (Li et al., 2016): unique n-grams / all n-grams over the whole corpus.
-  * 95% percentile-bootstrap confidence intervals for ROUGE (resampling pairs).
-  * The lead baseline: the first N words of each source (N = 12 by default), scored with ROUGE.
+  * ROUGE-1/2/L/Lsum (Lin 2004), equal to Google's rouge-score 0.1.2, its tokenizer and its zero
+    conventions included; the Porter stemmer (Porter 1980) as NLTK's default mode: `porter_stem`.
+  * Corpus BLEU-4 (Papineni et al. 2002) equal to sacrebleu 2.6.0's corpus_bleu defaults.
+  * distinct-n (Li et al. 2016), percentile-bootstrap intervals for ROUGE, the lead baseline.
 
-How to run (files hold one text per line, UTF-8; lines split on "\\n" only: utils.read_lines)
   python evaluate.py rouge    --pred P --ref R [--stem] [--json] [--bootstrap N]
   python evaluate.py lead     --src S --ref R [--words 12] [--stem] [--json] [--bootstrap N]
-                              the ROUGE of the lead baseline (first N words of each source)
   python evaluate.py bleu     --pred P --ref R [R2 ...] [--tokenize 13a|none] [--json]
   python evaluate.py distinct --pred P [--n 1 2] [--json]
   python evaluate.py perplexity --ckpt C --data F [--batch_size 32] [--device auto] [--json]
-                              per-token perplexity of a fine-tuned checkpoint on a seq2seq file
-                              (jsonl or parallel files, as data.read_seq2seq reads them)
-  A bad flag or file is one line on stderr, `evaluate.py: error: ...`, and exit status 2.
-  From Python: rouge(preds, refs, stem), rouge_scores(pred, ref, stem), rouge_bootstrap(...),
-  lead(sources, n_words), bleu(preds, refs), bleu_details(...), distinct_n(preds, n),
-  porter_stem(word), lcs_alignment(ref_tokens, pred_tokens) (ROUGE-L's LCS table and matches).
-
-ROUGE-Lsum splits a text into sentences at newlines ("\\n"). The CLI reads one text per line,
-so there every text is one sentence and rougeLsum equals rougeL; pass "\\n"-joined sentences to
-the functions to get a real summary-level score.
-
-What it leaves out: ROUGE-W/S/SU, multi-reference ROUGE, rouge-score's nltk sentence splitter,
-sacrebleu's other tokenizers (intl, zh, ja...), lowercased BLEU and the other smoothings.
+Files hold one text a line (so the CLI's rougeLsum equals rougeL: Lsum splits sentences at
+"\n"); a bad flag or file is one line, `evaluate.py: error: ...`, exit status 2.
+Left out: ROUGE-W/S/SU, multi-reference ROUGE, sacrebleu's other tokenizers and smoothings.
 """
 import argparse
 import collections
@@ -48,7 +28,6 @@ from utils import UsageError, exit_with_error, pick_device, read_lines
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
 # ----------------------------------------------------------------------------- Porter stemmer
-
 _VOWELS = frozenset("aeiou")
 # NLTK's pool of irregular forms: they bypass the algorithm ("skies" -> "sky", "dying" -> "die").
 _IRREGULAR = {"sky": "sky", "skies": "sky", "dying": "die", "lying": "lie", "tying": "tie",
@@ -96,8 +75,8 @@ def _above_one(stem):  # condition (m > 1)
 
 
 def _apply_rules(word, rules):
-    """Porter's rule lists: the FIRST rule whose suffix matches decides. If its condition fails
-    the word is returned unchanged -- shorter suffixes are not tried ("rational" stays)."""
+    """Porter's rule lists: the FIRST rule whose suffix matches decides; if its condition fails
+    the word stays ("rational": shorter suffixes are not tried)."""
     for suffix, replacement, condition in rules:
         if word.endswith(suffix):
             stem = word[:len(word) - len(suffix)]
@@ -193,7 +172,6 @@ def porter_stem(word):
 
 
 # ----------------------------------------------------------------------------- ROUGE
-
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
 
@@ -244,15 +222,12 @@ def _rouge_l(ref, pred):
 
 
 def lcs_alignment(reference, prediction):
-    """ROUGE-L's longest common subsequence of two token lists, to look at -> (table, pairs).
+    """ROUGE-L's longest common subsequence of two token lists -> (table, pairs).
 
-    table[i][j] = the LCS length of reference[:i] and prediction[:j] (Lin 2004, Sec. 3.1), so
-    table[-1][-1] is the LCS that ROUGE-L divides by |prediction| and |reference|.
-    pairs = [(i, j)]: the positions of ONE longest common subsequence, in order, with
-    reference[i] == prediction[j]. Several LCSs may exist and ROUGE-Lsum's union depends on which
-    one, so the walk back from the last cell is rouge-score's: take a match at once, else move
-    towards the larger neighbour, dropping a reference token on ties. Tokens are compared as given
-    (pass rouge_tokenize's output).
+    table[i][j] = the LCS length of reference[:i] and prediction[:j] (Lin 2004, Sec. 3.1); pairs
+    = [(i, j)], ONE LCS in order. ROUGE-Lsum depends on which one, so the walk back is
+    rouge-score's: a match at once, else towards the larger neighbour, on ties dropping a
+    reference token.
     """
     table = _lcs_table(reference, prediction)
     i, j = len(reference), len(prediction)
@@ -339,9 +314,8 @@ def rouge(predictions, references, stem=False):
 
 
 def rouge_bootstrap(predictions, references, stem=False, n_samples=1000, seed=0, confidence=0.95):
-    """Percentile-bootstrap CIs: {type: {measure: {"mean", "low", "high"}}}.
-    Pairs are resampled with replacement n_samples times; low/high are the (1 -+ confidence)/2
-    percentiles of the resampled corpus means. Same seed -> same intervals."""
+    """Percentile-bootstrap CIs {type: {measure: {"mean", "low", "high"}}}: pairs resampled
+    n_samples times, low/high the (1 -+ confidence)/2 percentiles of the resampled means."""
     if n_samples < 1 or not 0 < confidence < 1:
         raise ValueError(f"need n_samples >= 1 and 0 < confidence < 1, "
                          f"got {n_samples}, {confidence}")
@@ -357,7 +331,6 @@ def rouge_bootstrap(predictions, references, stem=False, n_samples=1000, seed=0,
 
 
 # ----------------------------------------------------------------------------- BLEU
-
 # mteval-v13a's punctuation rules (sacrebleu's tokenizer_13a / tokenizer_re), applied in order.
 _13A_RULES = [
     # split off every ASCII symbol except ' - . , : the ranges are { | } ~, [ \ ] ^ _ `,
@@ -449,7 +422,6 @@ def bleu(predictions, references, tokenize="13a"):
 
 
 # ----------------------------------------------------------------------------- distinct-n
-
 def distinct_n(predictions, n):
     """Unique n-grams / all n-grams over the corpus (whitespace tokens); 0.0 if there are none."""
     if n < 1:
@@ -460,12 +432,8 @@ def distinct_n(predictions, n):
 
 
 # ----------------------------------------------------------------------------- lead baseline
-
 def lead(sources, n_words=12):
-    """The lead baseline: the first n_words (whitespace-separated) words of each source.
-
-    A summary that beats it has learned more than "copy the opening"; score it with rouge().
-    """
+    """The lead baseline: the first n_words (whitespace-separated) words of each source."""
     if isinstance(sources, str):
         raise TypeError("sources must be a list of texts, not one string")
     if n_words < 1:
@@ -474,17 +442,10 @@ def lead(sources, n_words=12):
 
 
 # ----------------------------------------------------------------------------- perplexity
-
-
 def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
-    """exp(mean negative log-likelihood per target token) of (src_ids, tgt_ids) pairs, the final
-    [EOS] counted.
-
-    Each target is teacher-forced through generate.py's decoding loop, so every objective is
-    scored exactly the way it generates (UniLM's [MASK] query, UniLMv2's [P], ERNIE-GEN's [ATTN],
-    PALM's next token with copying). Targets longer than max_tgt and sources that do not fit the
-    model are cut, as generation cuts them.
-    """
+    """exp(mean negative log-likelihood per target token, the final [EOS] counted) of (src_ids,
+    tgt_ids) pairs, teacher-forced through generate.py's loop: every objective is scored the way
+    it generates. Targets beyond max_tgt and sources that do not fit are cut."""
     from generate import max_source_len, score_targets     # torch is needed only here
     eos = objective.tok.eos_id
     src_limit = max_source_len(model, max_tgt + 1)
@@ -503,7 +464,6 @@ def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
 
 
 # ----------------------------------------------------------------------------- command line
-
 PROG = "evaluate.py"
 
 

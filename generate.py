@@ -1,51 +1,23 @@
-"""Greedy and beam search with a KV cache: ONE incremental decoder for every objective
-(docs/how-it-fits-together.md, "Contracts").
+"""Greedy and beam search with a KV cache: ONE incremental decoder for every objective.
+docs/decoding.md traces the steps, the beam bookkeeping and the CUDA-graph path.
 
-Seq2seq layout (objectives/__init__.py): the source `[SOS] src [EOS]` sits at positions 0..S-1
-with segment segments[0]; the target part at positions S, S+1, ... with segment segments[1]. The
-source is encoded ONCE into a KV cache (per-layer keys and values, model.KVCache); each step runs
-only its new tokens:
-
-    query token q ([MASK] UniLM 2.5, [P] UniLMv2 3.4, [ATTN] ERNIE-GEN 3.3 infilling decoding):
-        step t feeds  y_{t-1} @ S+t-1 (t > 0)  and  q @ S+t,  both with segment segments[1];
-        y_{t-1} sees source + y_<=t-1, q sees source + y_<t + itself; y_t is read at q;
-        then y_{t-1} is committed to the cache (cache.commit(1)) and q is dropped.
-    no query token (PALM 2.3): step t feeds y_{t-1} @ S+t (y_{-1} = [SOS]); its own state
-        predicts y_t through the pointer-generator (objective.decode_logprobs with the source
-        states), and it is committed.
-
-Both are one rule, objectives/masks.py's: at step t the target part is [y_0 .. y_{t-1}, q] or
-[[SOS], y_0 .. y_{t-1}]; the real source is CTX, target column i is ORIG of step i + 1 and the
-query token PSEUDO of its step, so masks.attention_mask makes the seq2seq mask (column i sees the
-real source and target columns <= i; the query sees y_<t and itself), and a token of step r sits at
-position S_b + r - 1. The cached decoder runs only the columns not yet in the cache;
-`use_cache=False` (--no_cache) recomputes every column every step with the very same ids,
-positions, segments and mask: the reference the tests hold the cache to. Sources of different
-lengths are right-padded; each row's target starts at its own S_b and padding keys are never
-attended. notebooks/06_decoding.ipynb and 04_ernie_gen.ipynb trace the steps.
-
-On CUDA (cuda_graph=None, the default) the cached steps run in the GPU speed layer instead:
-fast.StaticStep keeps every shape fixed and replays each step as a CUDA graph (at base size a step
-launches several hundred small kernels, whose launch cost, not the GPU work, is the step's time).
-It equals this readable decoder (tests/test_fast.py); --no_cuda_graph keeps the readable one.
-
-Beam search runs a flattened (sources x beams) batch: each step adds the log-probabilities of
-every one-token extension to its beam's total, keeps the top 2K per source, puts those ending in
-[EOS] aside as finished (score = total / GNMT length penalty ((5 + len) / 6)^alpha, Wu et al.
-2016 section 7) and continues with the best K others; the cache, the history and the source
-extras are reordered to follow them. A source stops once it has K finished hypotheses (fairseq's
-rule) or at max_len, where live beams are finished as they are.
-No-repeat n-grams follow the official UniLM decoder (`get_dup_ngram_candidates`): a token is
-forbidden when it would repeat an n-gram of the hypothesis, unless that n-gram contains an ignore
-word (default ".", so a sentence opening such as ". the" may recur).
+The source `[SOS] src [EOS]` sits at positions 0..S-1 (segment segments[0]) and is encoded once into
+a KV cache (model.KVCache); step t runs only its new tokens (segment segments[1]):
+    query token q ([MASK] UniLM 2.5, [P] UniLMv2 3.4, [ATTN] ERNIE-GEN 3.3): y_{t-1} @ S+t-1 and
+        q @ S+t; y_t is read at q, then y_{t-1} is committed to the cache and q dropped.
+    no query token (PALM 2.3, MASS): y_{t-1} @ S+t (y_{-1} = [SOS]) predicts y_t and is committed.
+Both are objectives/masks.py's rule: the source is CTX, target column i ORIG of step i + 1, the
+query PSEUDO of its step. `use_cache=False` (--no_cache) recomputes every column every step: the
+reference the tests hold the cache to. On CUDA the cached steps run in the GPU speed layer
+(fast.StaticStep, replayed as a CUDA graph; --no_cuda_graph keeps the readable decoder).
+Beam search: GNMT's length penalty (Wu et al. 2016, section 7), a source ends at K finished
+hypotheses (fairseq's rule); no-repeat n-grams as the official UniLM decoder, an n-gram holding an
+ignore word (default ".") may repeat.
 
 Run:  python generate.py --ckpt out/model.pt --input test.src --output test.hyp --beam 5
-A pre-training checkpoint is refused (fine-tune it first: python train.py --task seq2seq
---init_from CKPT). Checkpoints are read as data (utils.read_checkpoint:
-torch.load(weights_only=True)); a bad flag or file is one line on stderr,
-`generate.py: error: ...`, and exit status 2.
-Left out: sampling (top-k / nucleus), diverse beams, constrained decoding, HF's early_stopping
-heuristics.
+A pre-training checkpoint is refused (fine-tune it first); a bad flag or file is one line,
+`generate.py: error: ...`, exit status 2.
+Left out: sampling (top-k / nucleus), diverse beams, constrained decoding.
 """
 import argparse
 import contextlib
@@ -76,14 +48,10 @@ def gnmt_penalty(n, alpha):
     return ((5 + n) / 6) ** alpha
 
 
-# -------------------------------------------------------------------------------------------------
-# The incremental decoder: one rule for every objective
-
-
+# --- The incremental decoder: one rule for every objective ----------------------------------------
 def graph_step(cuda_graph, use_cache, device):
-    """generate's cuda_graph option -> whether decoding runs the GPU speed layer's static step,
-    replayed as a CUDA graph (fast.StaticStep). None: on CUDA with the cache, the readable cache
-    elsewhere; True: the graph, and a ValueError where none can run; False: the readable cache."""
+    """generate's cuda_graph option -> whether decoding runs fast.StaticStep as a CUDA graph.
+    None: on CUDA with the cache; True: the graph, a ValueError where none can run; False: never."""
     if cuda_graph and (device.type != "cuda" or not use_cache):
         raise ValueError(f"cuda_graph=True needs the KV cache on a CUDA device (here: "
                          f"{device.type}, use_cache={use_cache}); None uses it where it can run")
@@ -92,8 +60,7 @@ def graph_step(cuda_graph, use_cache, device):
 
 class Decoder:
     """Decoding state of N rows (sources x beams): src_ids (N, S) right-padded, src_len (N,),
-    tgt (N, t) so far; the source encoded once into a KV cache (model.KVCache), unless use_cache is
-    False. cuda_graph: generate's option (graph_step)."""
+    tgt (N, t) so far; the source encoded once into a KV cache unless use_cache is False."""
 
     def __init__(self, model, objective, sources, max_len, use_cache=True, cuda_graph=None):
         tok = objective.tok
@@ -120,8 +87,8 @@ class Decoder:
             self.source = self._source_extras(h)
 
     def use_fast_step(self, max_len, graphed):
-        """Run the cached steps in the GPU speed layer instead: fast.StaticStep, static shapes,
-        replayed as a CUDA graph if graphed (tests run it eagerly on a CPU against this decoder)."""
+        """Run the cached steps in fast.StaticStep (static shapes, a CUDA graph if graphed; tests
+        run it eagerly on a CPU against this decoder)."""
         self.fast = fast.StaticStep(self, max_len, graphed)
         self.cache = self.fast.cache
         self.source = self._source_extras(self.fast.encode_source(self))
@@ -133,9 +100,8 @@ class Decoder:
         return torch.cat([self.tgt.new_full((self.tgt.size(0), 1), self.sos), self.tgt], dim=1)
 
     def _layout(self, with_target=True):
-        """ids, kind and step (N, L) of the whole sequence so far, the mask's description
-        (objectives/masks.py): the real source is CTX; target column i is ORIG of step i + 1, except
-        the query token, PSEUDO of its step: it predicts y_t and sees source + y_<t + itself."""
+        """ids, kind and step (N, L) of the sequence so far (objectives/masks.py): the real source
+        CTX, target column i ORIG of step i + 1, the query token PSEUDO of its step."""
         j = torch.arange(self.S, device=self.src_ids.device)
         kind = torch.where(j < self.src_len[:, None], CTX, PAD)                 # (N, S)
         ids, step = self.src_ids, torch.zeros_like(kind)
@@ -151,8 +117,7 @@ class Decoder:
         return ids, kind, step
 
     def _inputs(self, start, with_target=True):
-        """ids, positions, segments (N, L - start) and mask (N, L - start, L) of columns start..
-        of the sequence."""
+        """ids, positions, segments (N, L - start) and mask (N, L - start, L) of columns start.."""
         ids, kind, step = self._layout(with_target)
         L = ids.size(1)
         j = torch.arange(L, device=ids.device).expand_as(ids)
@@ -164,8 +129,7 @@ class Decoder:
         return ids[:, start:], pos[:, start:], seg[:, start:], mask
 
     def _source_extras(self, h):
-        """What decode_logprobs may use (PALM's copy head): final-layer source states, ids and
-        the real-token mask."""
+        """What decode_logprobs may use (PALM's copy head): source states, ids, real-token mask."""
         real = torch.arange(self.S, device=h.device)[None] < self.src_len[:, None]    # (N, S)
         return dict(hidden=h[:, :self.S], ids=self.src_ids, mask=real)
 
@@ -188,8 +152,7 @@ class Decoder:
         self.tgt = torch.cat([self.tgt, tokens[:, None]], dim=1)
 
     def reorder(self, index, same_sources=False):
-        """Keep rows `index`; same_sources: each row stays with its source (a beam step that
-        drops no source)."""
+        """Keep rows `index`; same_sources: each row stays with its source (no source dropped)."""
         self.tgt = self.tgt.index_select(0, index)
         if self.fast is not None:
             self.fast.reorder(index, same_sources)
@@ -204,8 +167,7 @@ class Decoder:
 
 
 def ban_tokens(logp, tgt, step, eos, min_len, banned, no_repeat_ngram, ignore):
-    """Forbid in place: [EOS] before min_len, the `banned` ids, and tokens that would repeat an
-    n-gram of tgt."""
+    """Forbid in place: [EOS] before min_len, the `banned` ids, tokens repeating an n-gram."""
     logp[:, banned] = NEG_INF
     if step < min_len:
         logp[:, eos] = NEG_INF
@@ -223,10 +185,7 @@ def ban_tokens(logp, tgt, step, eos, min_len, banned, no_repeat_ngram, ignore):
     return logp
 
 
-# -------------------------------------------------------------------------------------------------
-# Greedy and beam search over one batch of sources
-
-
+# --- Greedy and beam search over one batch of sources ---------------------------------------------
 @torch.no_grad()
 def greedy(dec, max_len, alpha, rules):
     """argmax at every step -> one [(ids, score)] per row of dec."""
@@ -255,8 +214,9 @@ def greedy(dec, max_len, alpha, rules):
 
 @torch.no_grad()
 def beam_search(dec, K, max_len, alpha, rules):
-    """Beam search of width K -> for each row of dec (one source) its finished hypotheses, best
-    first."""
+    """Beam search of width K -> for each row of dec (a source) its finished hypotheses, best
+    first. Each step keeps the top 2K extensions per source, sets aside those ending in [EOS] and
+    goes on with the best K others; the cache and the history follow them."""
     B = len(dec.src_len)
     eos = rules["eos"]
     dev = dec.src_ids.device
@@ -315,14 +275,10 @@ def beam_search(dec, K, max_len, alpha, rules):
     return [sorted(f, key=lambda h: -h[1]) for f in finished]
 
 
-# -------------------------------------------------------------------------------------------------
-# Public API
-
-
+# --- Public API -----------------------------------------------------------------------------------
 def decoding_rules(tok, min_len, no_repeat_ngram, ignore_ids, device):
-    """What `ban_tokens` forbids: specials other than [EOS]/[UNK] are never generated (a query
-    token as output is meaningless), [EOS] before min_len, repeated n-grams (ignore words default
-    to "." when it is in the vocab)."""
+    """What `ban_tokens` forbids: specials but [EOS]/[UNK], [EOS] before min_len, repeated n-grams
+    (ignore words default to "." when it is in the vocab)."""
     if ignore_ids is None:
         ignore_ids = [i for i in (tok.token_to_id("."),) if i is not None]
     banned = sorted(tok.special_ids - {tok.eos_id, tok.unk_id})
@@ -334,8 +290,7 @@ def decoding_rules(tok, min_len, no_repeat_ngram, ignore_ids, device):
 
 
 def max_source_len(model, max_len):
-    """Longest source (without [SOS]/[EOS]) whose target positions up to S + max_len - 1 fit
-    max_position."""
+    """Longest source (without [SOS]/[EOS]) whose targets up to S + max_len - 1 fit max_position."""
     return model.config.max_position - max_len - 2
 
 
@@ -346,10 +301,8 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
     """Decode token-id sources -> for each, up to n_best (token_ids, score) pairs, best first.
 
     token_ids exclude the final [EOS]; score = sum of log-probs / ((5 + len) / 6)^length_penalty.
-    beam_size 1 is greedy search. Sources too long for model.config.max_position are truncated
-    (from the right) with a warning. cuda_graph (with the cache): None replays every step as a
-    CUDA graph on CUDA (fast.StaticStep) and runs the readable cache elsewhere; True insists on
-    the graph (a ValueError without CUDA or cache); False runs the readable cache everywhere.
+    beam_size 1 is greedy search. Sources too long for max_position are cut (with a warning).
+    cuda_graph: see graph_step.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
@@ -402,13 +355,9 @@ def generate_text(model, tokenizer, objective, texts, **kwargs):
 
 @torch.no_grad()
 def score_targets(model, objective, sources, targets, use_cache=True, cuda_graph=None):
-    """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each given
-    target (N lists); use_cache and cuda_graph as in generate.
-
-    Targets are forced exactly as given (add the final [EOS] yourself to score it). Tests compare
-    these scores with the fine-tuning batch's log-probs: a layout mismatch between training and
-    decoding shows up here.
-    """
+    """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each target
+    as given (add the final [EOS] to score it). Tests compare these with the fine-tuning batch's:
+    a layout mismatch between training and decoding shows up here."""
     forced = pad(targets, objective.tok.eos_id)                                # (N, T)
     dec = Decoder(model, objective, sources, forced.size(1), use_cache, cuda_graph)
     forced = forced.to(dec.src_ids.device)
@@ -421,12 +370,8 @@ def score_targets(model, objective, sources, targets, use_cache=True, cuda_graph
 
 
 def load_checkpoint(path, device="cpu"):
-    """A train.py checkpoint -> (model in eval mode, tokenizer, seq2seq objective).
-
-    The file is read as data (utils.read_checkpoint, torch.load(weights_only=True)): a pickle that
-    holds Python objects is refused, never run. A missing, unreadable, foreign or mismatched file
-    is a UsageError naming it.
-    """
+    """A train.py checkpoint, read as data (utils.read_checkpoint) -> (model in eval mode,
+    tokenizer, seq2seq objective). A missing, foreign or mismatched file is a UsageError."""
     ckpt = read_checkpoint(path, device)
     if ckpt.get("task") == "pretrain":
         raise UsageError(f"{path} is a pre-training checkpoint (task: pretrain), not a decoder; "
@@ -449,15 +394,12 @@ def load_checkpoint(path, device="cpu"):
     return model.to(device).eval(), tok, objective
 
 
-# -------------------------------------------------------------------------------------------------
-# Command line
-
+# --- Command line ---------------------------------------------------------------------------------
 PROG = "generate.py"
 
 
 def read_sources(path):
-    """One source a line (utils.read_lines: '\\n' only), or jsonl with a "src" field; blank lines
-    are kept (as "") so line counts match."""
+    """One source a line, or jsonl with a "src" field; blank lines are kept (as "")."""
     if not os.path.isfile(path):
         raise DataError(f"input not found: {path}")
     lines = read_lines(path)
@@ -479,8 +421,7 @@ def read_sources(path):
 
 
 def check_output(path):
-    """--output must not be a folder, and its folder must exist or be creatable (nothing is
-    created here: a later error leaves no trace)."""
+    """--output is no folder, and its folder exists or can be made (nothing is made here)."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"--output {path}: is a directory")

@@ -1,41 +1,21 @@
-"""The one Transformer backbone every objective in unigen runs on.
+"""The one Transformer backbone every objective in unigen runs on (docs/model.md tells more).
 
-A BERT-sized encoder in nanoGPT style: token + absolute position + segment embeddings,
-pre-LayerNorm blocks, a final LayerNorm, and heads called separately:
+A BERT-sized encoder in nanoGPT style: token + absolute position + segment embeddings, pre-LN
+blocks, a final LayerNorm, and heads called separately:
 
     h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
     logits = model.lm_logits(h)                                 # tied to the embedding, with bias
     nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
     logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
 
-The backbone never knows which paper it serves: every objective is only a way of building
-(tokens, positions, segments, attention mask, targets).  Position ids are ALWAYS explicit because
-UniLMv2's pseudo tokens [P] and ERNIE-GEN's [ATTN] reuse the position of the token they stand for.
-
-The attention mask is a `Mask`: the dense (B, L, L) bool tensor, True = "query i may attend key
-j", or the mask described (objectives.masks.MaskSpec: kind and step per token), which `encode`
-builds on the model's device. Attention has one entry point, `attention()`, with two paths that
-tests hold equal:
-  naive  softmax(QK^T / sqrt(d) + bias + M) V written out (the readable reference),
-  sdpa   torch.nn.functional.scaled_dot_product_attention with the boolean mask (or, with a
-         relative position bias, the bias as a float mask with -inf where the boolean mask
-         says no).
-Relative position bias (UniLMv2 section 4.1; T5's bidirectional buckets) is computed once per
-forward from the position ids and added in every layer.
-
-A KV cache (`KVCache`) lets generate.py run only the new tokens at each decoding step: a forward
-with a cache attends to the cached keys/values plus the new ones; `cache.commit(n)` then keeps the
-first n new tokens.
-
-The GPU speed layer is fast.py, reached by two switches: `attn_impl="flex"` (FlexAttention) and
-`fast.speed_up(model)` (train.py on CUDA: a faster relative-bias backward, compiled copy scores and
-blocks); each of its pieces equals a readable function here. On a CPU nothing here uses it.
-The masks, the pointer-generator and the KV cache are drawn and traced in notebooks/02_masks.ipynb,
-05_palm.ipynb and 06_decoding.ipynb.
-
-Left out on purpose: rotary embeddings, GQA, MoE and the other modern extras; this is the papers'
-BERT backbone (pre-LN for stable training from scratch, which the papers' post-LN BERT is not; say
-so when comparing).
+Position ids are always explicit ([P] and [ATTN] reuse their token's). The mask is a `Mask`: the
+dense (B, L, L) bool tensor (True = query i may attend key j) or a MaskSpec built here. One entry
+point, `attention()`, two paths the tests hold equal: naive (written out) and sdpa (fused). The
+relative position bias (UniLMv2 4.1, T5's buckets) is computed once per forward; `KVCache` lets
+generate.py run only each step's new tokens. The GPU speed layer, fast.py, is reached by
+`attn_impl="flex"` and `fast.speed_up(model)`; on a CPU nothing here uses it.
+Left out: rotary embeddings, GQA, MoE; pre-LN where the papers' BERT is post-LN (say so when
+comparing).
 """
 import math
 from dataclasses import asdict, dataclass, field, fields
@@ -48,8 +28,7 @@ import torch.nn.functional as F
 import fast
 from objectives.masks import MaskSpec
 
-# what the model takes as attn_mask: the dense (B, L, L) or (L, L) bool tensor, or the mask
-# described per token (kind, step), built where the model runs
+# attn_mask: the dense (B, L, L) or (L, L) bool tensor, or the mask described (kind, step)
 Mask = Union[torch.Tensor, MaskSpec]
 
 
@@ -98,35 +77,24 @@ class ModelConfig:
 
 
 PRESETS = {
-    # a CPU classroom model: trains on a laptop in minutes (no dropout: a few minutes of training
-    # underfits; measured in bench/RESULTS.md)
+    # a CPU classroom model that trains on a laptop in minutes (no dropout: minutes underfit)
     "tiny": dict(n_layer=2, n_head=4, n_embd=128, ffn_dim=512, max_position=256, dropout=0.0),
     "small": dict(n_layer=6, n_head=8, n_embd=512, ffn_dim=2048, max_position=512),
-    # the papers' BASE: 12 layers, 768 wide, 12 heads, 3072 FFN
-    # (UniLM 2.1, UniLMv2 4.1, ERNIE-GEN 4, PALM 3.1)
+    # the papers' BASE (UniLM 2.1, UniLMv2 4.1, ERNIE-GEN 4, PALM 3.1)
     "base": dict(n_layer=12, n_head=12, n_embd=768, ffn_dim=3072, max_position=512),
-    # the papers' LARGE: 24 layers, 1024 wide, 16 heads, 4096 FFN
-    # (UniLM-large, UniLMv2-large, ERNIE-GEN large)
+    # the papers' LARGE (UniLM, UniLMv2, ERNIE-GEN)
     "large": dict(n_layer=24, n_head=16, n_embd=1024, ffn_dim=4096, max_position=512),
 }
 
 ATTN_IMPLS = ("naive", "sdpa", "flex")
 
 
-# --------------------------------------------------------------------------------------------------
-# Attention: one entry point, two paths
-
-
+# --- Attention: one entry point, two paths --------------------------------------------------------
 def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
-    """Masked multi-head attention.
-
-    q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool,
-    True = "query i may attend key j"; bias: optional (B, H, Lq, Lk) float added to the scores
-    (the relative position bias), already -inf wherever the mask says no (Transformer.encode
-    prepares it once per forward).
-    Every query row must allow at least one key (Transformer.encode guarantees it).
-    flex: the GPU speed layer's FlexAttention (fast.flex: mask a block mask, bias a fast.FlexBias).
-    """
+    """Masked multi-head attention. q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool,
+    True = "query i may attend key j", at least one key a row; bias: None or (B, H, Lq, Lk), the
+    relative position bias, -inf where the mask says no (Transformer.encode makes both).
+    flex: the GPU speed layer's FlexAttention (fast.flex)."""
     if impl == "naive":
         return naive_attention(q, k, v, mask, bias, dropout_p)
     if impl == "flex":
@@ -148,18 +116,10 @@ def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
     return weights @ v                                                  # (B, H, Lq, D)
 
 
-# --------------------------------------------------------------------------------------------------
-# Relative position bias (UniLMv2 4.1, after T5): bucket the signed distance,
-# one learned scalar per bucket and head
-
-
+# --- Relative position bias (UniLMv2 4.1, after T5): one learned scalar per bucket and head -------
 def relative_position_bucket(relative_position, num_buckets=32, max_distance=128):
-    """T5's bidirectional bucketing of relative_position = key_pos - query_pos.
-
-    Half the buckets for each sign; inside a half, distances below max_exact = num_buckets // 4 get
-    a bucket each, larger ones share log-spaced buckets up to max_distance, beyond which everything
-    lands in the last bucket.
-    """
+    """T5's bidirectional bucketing of relative_position = key_pos - query_pos: half the buckets
+    for each sign; in a half, a bucket each below max_exact, then log-spaced up to max_distance."""
     half = num_buckets // 2
     # keys to the right use the upper half
     bucket = (relative_position > 0).long() * half
@@ -183,8 +143,7 @@ class RelativePositionBias(nn.Module):
     def __init__(self, num_buckets, max_distance, n_head, max_position):
         super().__init__()
         self.table = nn.Embedding(num_buckets, n_head)
-        # the bucket of every possible distance -(P-1) .. P-1, computed once: both paths look
-        # distances up here (not saved in checkpoints)
+        # the bucket of every possible distance -(P-1) .. P-1, computed once (not checkpointed)
         distances = torch.arange(-(max_position - 1), max_position)
         self.register_buffer("distance_bucket",
                              relative_position_bucket(distances, num_buckets, max_distance),
@@ -194,12 +153,8 @@ class RelativePositionBias(nn.Module):
         self.fast_lookup = None
 
     def forward(self, q_pos, k_pos):
-        """q_pos: (B, Lq), k_pos: (B, Lk) position ids -> bias (B, H, Lq, Lk).
-
-        Distances come from the position ids, not the sequence index, so a pseudo token [P]
-        appended at the end of the sequence is as close to its neighbours as the token it stands
-        for.
-        """
+        """q_pos: (B, Lq), k_pos: (B, Lk) position ids -> bias (B, H, Lq, Lk). From position ids,
+        not the sequence index: an appended [P] is as close to its neighbours as its token."""
         buckets = self.buckets(q_pos, k_pos)                            # (B, Lq, Lk)
         if self.fast_lookup is not None:
             weight = self.table.weight
@@ -212,26 +167,18 @@ class RelativePositionBias(nn.Module):
         return self.distance_bucket[rel + self.offset]
 
     def lookup(self, buckets):
-        """The plain way: the table's rows by index_select -> (B, H, Lq, Lk). The same numbers as
-        self.table(buckets), and its backward (an index_add into a 32-row table) is 3.5x faster on
-        a CPU than the embedding's (measured: 15 vs 51 ms for a 32 x 168 x 168 batch)."""
+        """The table's rows by index_select -> (B, H, Lq, Lk): self.table(buckets), with a backward
+        3.5x faster on a CPU than the embedding's (docs/model.md)."""
         rows = self.table.weight.index_select(0, buckets.flatten())    # (B * Lq * Lk, H)
         bias = rows.view(*buckets.shape, -1)                            # (B, Lq, Lk, H)
         return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
 
 
-# --------------------------------------------------------------------------------------------------
-# KV cache for incremental decoding
-
-
+# --- KV cache for incremental decoding ------------------------------------------------------------
 class KVCache:
-    """Per-layer keys and values of the tokens decoded so far (plus their positions, for the
-    relative bias).
-
-    A forward with a cache computes K/V for the new tokens and attends to cache + new; the new K/V
-    wait in `pending` until `commit(n)` keeps the first n of them (the query token of the step is
-    then dropped).
-    """
+    """Per-layer keys and values (and positions, for the relative bias) of the tokens so far. A
+    forward with a cache attends to cache + new; the new K/V wait in `pending` until `commit(n)`
+    keeps the first n of them (a step's query token is then dropped)."""
 
     def __init__(self, n_layer):
         self.k = [None] * n_layer            # each (B, H, Lc, D)
@@ -244,9 +191,8 @@ class KVCache:
         return 0 if self.pos is None else self.pos.size(1)
 
     def key_positions(self, position_ids):
-        """Position ids (B, Lc + L) of the keys a forward attends to (for the relative bias): the
-        cached tokens' followed by the new ones, position_ids (B, L). Called once per forward,
-        before the layers."""
+        """Position ids (B, Lc + L) of the keys a forward attends to: the cached tokens' and the
+        new ones, position_ids (B, L). Called once per forward, before the layers."""
         self.pending_pos = position_ids
         if not len(self):
             return position_ids
@@ -277,15 +223,11 @@ class KVCache:
         self.pos = self.pos.index_select(0, index)
 
 
-# --------------------------------------------------------------------------------------------------
-# The Transformer
-
-
+# --- The Transformer ------------------------------------------------------------------------------
 class SelfAttention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        # read attn_impl at call time so tests and benchmarks can switch paths
-        self.cfg = cfg
+        self.cfg = cfg            # attn_impl read at call time: tests and benchmarks switch paths
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
@@ -324,22 +266,17 @@ class Block(nn.Module):
 
 
 def additive_scores(hm, ws, w):
-    """Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d),
-    ws (B, T, d) -> (B, T, S).
-
-    Written out it makes a (B, T, S, d) tensor (at base size 31M numbers an example) and keeps it
-    for backward (on a GPU fast.speed_up swaps in a fused kernel that does not).
-    """
+    """PALM's Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d),
+    ws (B, T, d) -> (B, T, S), through a (B, T, S, d) tensor kept for backward (fast.py fuses
+    it)."""
     return (torch.tanh(hm[:, None] + ws[:, :, None]) * w).sum(-1)     # (B, T, S, d) -> (B, T, S)
 
 
 class PointerGenerator(nn.Module):
-    """PALM's copy head (section 2.3, after See et al. 2017), on the final-layer states of the one
-    backbone.
+    """PALM's copy head (section 2.3, after See et al. 2017) on the backbone's final states.
 
-    s: decoder states s_t (B, T, d) (continuation rows); h: context states h_l (B, S, d)
-    (the encoder side); src_ids (B, S) the context tokens; src_mask (B, S) True = may be copied
-    (real, non-special, not [MASK]).
+    s: decoder states s_t (B, T, d); h: context states h_l (B, S, d); src_ids (B, S) the context
+    tokens; src_mask (B, S) True = may be copied (real, non-special, not [MASK]).
       P^v     = softmax(W^e (W^v s_t + b^v))                   (Eq. 2: model.lm_logits, tied to
                                                                 the embedding)
       e_t,l   = w^c . tanh(W^m h_l + W^s s_t + b^c)            (Eq. 3)
@@ -349,22 +286,12 @@ class PointerGenerator(nn.Module):
       P(y)    = lambda P^v(y) + (1 - lambda) P^c(y)            (Eq. 7)
       lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 8: lambda is the share
                                                                 GENERATED, not copied)
-    Our P^v is the MLM head: BERT's dense + GELU + LayerNorm then the tied embedding and a bias,
-    where Eq. 2 has a single affine W^v s_t + b^v before W^e; one head serves both stages.
-    `forward` -> (log P (B, T, V), lambda (B, T), alpha (B, T, S)) for decoding and notebooks;
-    training calls `attend` once and `mix(..., target=y)`, which returns log P(y) only
-    (no (rows, V) copy tensor to keep).
-    Everything after the scores is fp32 and in log space:
-    log P = logaddexp(log lam + log P^v, log(1-lam) + log P^c).
-    A source with nothing copyable (an empty source) gets alpha = 0 and lambda = 1, so P = P^v,
-    never 0/0.
-    The additive scores are a (B, T, S, d) tensor (base size, 101 x 402 x 768: 31M numbers per
-    example) that autograd keeps for backward. `attend(..., chunk=k)` computes them k decoder steps
-    at a time under activation checkpointing instead. Measured on one H200 (base, 16 passages of
-    402 + 101 tokens, bf16, forward + backward):
-    no copy head 3.95 GiB / 23 ms; copy head at once 6.25 GiB / 30 ms; chunk=32 4.39 GiB / 34 ms.
-    Left out: the paper's "extended vocabulary" of context words outside the vocabulary (WordPiece
-    has no OOV words but [UNK], and [UNK] is never copied).
+    P^v is the MLM head (BERT's dense + GELU + LayerNorm, then the tied embedding), where Eq. 2 has
+    one affine map. `forward` -> (log P (B, T, V), lambda (B, T), alpha (B, T, S)); training calls
+    `attend` and `mix(..., target=y)` (log P(y) only). After the scores everything is fp32 and in
+    log space; a source with nothing to copy gets alpha = 0, lambda = 1. `attend(..., chunk=k)`
+    computes the scores k steps at a time, checkpointed (memory measured in docs/model.md).
+    Left out: the "extended vocabulary" (WordPiece has no OOV words; [UNK] is never copied).
     """
 
     @staticmethod
@@ -465,9 +392,8 @@ class Transformer(nn.Module):
                                                  cfg.n_head, cfg.max_position)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        # LM head: BERT's transform (dense, GELU, LN), then the token embedding transposed + a bias.
-        # In PALM's notation P^v = softmax(W^e (W^v s_t + b^v)) with W^e tied to the
-        # embedding (Eq. 2).
+        # LM head: BERT's transform (dense, GELU, LN), the token embedding transposed, a bias
+        # (PALM's Eq. 2: P^v = softmax(W^e (W^v s_t + b^v)), W^e tied to the embedding)
         self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(),
                                           nn.LayerNorm(d, eps=cfg.layer_norm_eps))
         self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
@@ -485,12 +411,10 @@ class Transformer(nn.Module):
             nn.init.zeros_(module.bias)
 
     # --- the backbone -----------------------------------------------------------------------------
-
     def embed(self, input_ids, position_ids, segment_ids):
         """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
-        # a clear error for too long an input where the check is free; on a GPU it would wait for
-        # the GPU at every forward (train.py and generate.py truncate; a bad id there stops
-        # the embedding's own bounds check)
+        # a clear error for too long an input where the check is free (on a GPU it would wait for
+        # the GPU; there the embedding's own bounds check stops a bad id)
         if not position_ids.is_cuda and position_ids.max() >= self.config.max_position:
             raise ValueError(f"position id {int(position_ids.max())} >= max_position "
                              f"{self.config.max_position}; truncate the input (train.py does) "
@@ -499,12 +423,8 @@ class Transformer(nn.Module):
         return F.dropout(self.emb_ln(x), self.config.dropout, self.training)
 
     def encode(self, x, position_ids, attn_mask: Mask, cache=None):
-        """Run the blocks over embeddings x (B, L, d).
-
-        attn_mask: (B, L, Lc + L) bool with Lc cached keys, or a MaskSpec (kind and step per token)
-        that is built here, on the model's device: the dense mask for naive and sdpa, a
-        block-sparse FlexAttention mask for flex (in the GPU speed layer, fast.py).
-        """
+        """Run the blocks over embeddings x (B, L, d). attn_mask: (B, L, Lc + L) bool with Lc
+        cached keys, or a MaskSpec built here (dense; for flex, fast.py's block-sparse mask)."""
         if isinstance(attn_mask, MaskSpec):
             if self.config.attn_impl == "flex" and cache is None:
                 return fast.encode_flex(self, x, position_ids, attn_mask)
@@ -521,24 +441,20 @@ class Transformer(nn.Module):
         k_pos = position_ids if cache is None else cache.key_positions(position_ids)
         bias = None
         if self.rel_bias is not None:
-            # computed once and shared by every layer (UniLMv2 4.1); -inf where the mask forbids,
-            # for sdpa
+            # computed once, shared by every layer (UniLMv2 4.1), -inf where the mask forbids
             bias = self.rel_bias(position_ids, k_pos)                  # (B, H, L, Lc + L)
             bias = bias.masked_fill(~attn_mask[:, None], float("-inf"))
-            # cast once here rather than in every layer
-            bias = bias.to(compute_dtype(x.device, bias.dtype))
+            bias = bias.to(compute_dtype(x.device, bias.dtype))        # cast once, not per layer
         for i, block in enumerate(self.blocks):
             x = block(x, attn_mask, bias, cache, i)
         return self.ln_f(x)
 
     def forward(self, input_ids, position_ids, segment_ids, attn_mask: Mask, cache=None):
-        """-> hidden states (B, L, d). attn_mask: (B, L, L) bool, True = query i may attend key j,
-        or a MaskSpec."""
+        """-> hidden states (B, L, d). attn_mask: a Mask (True = query i may attend key j)."""
         x = self.embed(input_ids, position_ids, segment_ids)
         return self.encode(x, position_ids, attn_mask, cache)
 
     # --- heads ------------------------------------------------------------------------------------
-
     def lm_logits(self, h):
         """(..., d) -> (..., V): the masked-LM / generation head, tied to the token embedding."""
         return self.lm_transform(h) @ self.tok_emb.weight.t() + self.lm_bias
@@ -548,7 +464,6 @@ class Transformer(nn.Module):
         return self.nsp_head(h_first)
 
     # --- bookkeeping ------------------------------------------------------------------------------
-
     def num_params(self, non_embedding=True):
         n = sum(p.numel() for p in self.parameters())
         if non_embedding:
@@ -557,17 +472,9 @@ class Transformer(nn.Module):
         return n
 
     def estimate_flops(self, seq_len, pred_frac=1.0):
-        """Training FLOPs per token (forward + backward) at sequence length seq_len.
-
-            6 * N  +  12 * n_layer * d * seq_len  +  6 * d * V * pred_frac
-
-        6N: each non-embedding weight does one multiply-add (2 FLOPs) forward and two backward
-        (Kaplan et al. 2020); 12 * n_layer * d * T: the attention scores QK^T and the weighted sum
-        AV, 2 * 2 * T * d each forward, x3 with backward (the PaLM paper's formula; masked-out
-        scores are still computed by dense kernels, so they count); the tied output projection
-        (d x V) runs only at the predicted rows, a fraction pred_frac of the tokens (objectives
-        send only those rows through it). PALM's additive copy attention is not counted.
-        """
+        """Training FLOPs per token (forward + backward) at sequence length seq_len:
+        6 N + 12 n_layer d seq_len + 6 d V pred_frac (Kaplan et al. 2020, the PaLM paper; the tied
+        head runs at the predicted rows only; docs/model.md derives it)."""
         cfg = self.config
         # the LM bias is not a matmul
         n_body = self.num_params() - cfg.vocab_size
@@ -581,8 +488,7 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10
 
 
 def peak_flops(device):
-    """Peak bf16 FLOP/s of a CUDA device looked up by name, or None (CPU, unknown card: no MFU
-    shown)."""
+    """Peak bf16 FLOP/s of a CUDA device looked up by name, or None (CPU, unknown card)."""
     if torch.device(device).type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)

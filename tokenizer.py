@@ -1,56 +1,19 @@
 """A from-scratch WordPiece tokenizer: BERT's basic tokenizer, a likelihood trainer, vocab.txt.
+docs/tokenizer.md gives the details, the decisions and the measured speeds.
 
-Three parts, the same three as BERT's `tokenization.py` plus the trainer it never published:
-
-1. `basic_tokenize(text, lowercase)` -- BERT's BasicTokenizer, faithfully: drop control characters
-   (Unicode category C*, except tab/newline/CR which count as whitespace), U+0000 and U+FFFD; put
-   spaces around CJK ideographs (BERT's exact code-point ranges); when lowercasing, lowercase then
-   strip accents (NFD, drop non-spacing marks Mn); split on whitespace and on punctuation (Unicode
-   P* plus the ASCII symbols 33-47, 58-64, 91-96, 123-126 such as "$", "^", "`"). One `regex` pass
-   does both splits.
-2. WordPiece encoding (BERT's WordpieceTokenizer): greedy longest-match-first, pieces after the
-   first carry "##"; a word longer than 100 characters, or one the vocabulary cannot fully cover,
-   becomes [UNK]. Words are cached in a dict, so frequent words cost one lookup.
-3. `WordPiece.train` -- WordPiece (Schuster & Nakajima 2012; BERT's vocabulary): start from
-   characters ("##c" inside words) and repeatedly merge the adjacent pair (a, b) whose new piece
-   "ab" most increases the likelihood of the training words under a unigram model of the pieces.
-   To first order that gain is (criterion="likelihood")
+1. `basic_tokenize(text, lowercase)`: BERT's BasicTokenizer (control characters dropped, spaces
+   around CJK ideographs, lowercase + accents stripped, split on whitespace and punctuation).
+2. WordPiece encoding (BERT's WordpieceTokenizer): greedy longest-match-first, "##" on continuing
+   pieces; a word over 100 characters, or one the vocabulary cannot cover, becomes [UNK].
+3. `WordPiece.train` (Schuster & Nakajima 2012): from characters, repeatedly merge the pair (a, b)
+   whose piece "ab" most increases the unigram likelihood of the training words, to first order
        gain(a, b) = count(ab) * (log(count(ab) * N / (count(a) * count(b))) - 1)
-   with N the number of symbols (held at its starting value so a score depends on three counts
-   only). The popular shortcut  ratio(a, b) = count(ab) / (count(a) * count(b))  (criterion="ratio",
-   e.g. the Hugging Face course) drops the count(ab) weight: it merges rare pairs first and never
-   gets to "th"+"##e" (in bench/bench_tokenizer.py it needs 1.9x-2.7x more pieces per word), so it
-   is not the default.
-   Naive first, fast beside it. `_train_pieces_naive` (method="naive") is that definition run as
-   written: before every merge, count every symbol and pair in every word from scratch, take the
-   best pair, rewrite every word. Each merge is a pass over all the distinct words.
-   `_train_pieces` (method="incremental", the default) makes the same merges in the same order
-   (the tests hold the two equal): it remembers which words hold each pair, so a merge revisits
-   only those words and updates only the counts that change, and a heap hands it the best pair.
-   On pydoc's topics (0.5 MB, 3,356 distinct words) 350 merges take 2.9 s naive, 0.15 s
-   incremental; an 8,192-piece vocabulary of the 2 MB embedded corpus takes 3 s incremental.
-
-Decisions worth knowing:
-- min_frequency applies to WORDS: a word seen fewer than `min_frequency` times is left out of the
-  merge statistics (rare words are where the score is most easily fooled: two symbols seen once,
-  together, look like a perfect unit). The alphabet keeps every character that occurs at least
-  `min_frequency` times in the whole corpus (so it covers every kept word), as a plain piece, plus
-  its "##" form if it was seen inside a word. Rarer characters encode as [UNK].
-- Special tokens [PAD] [UNK] [SOS] [EOS] [MASK] [P] [ATTN] have ids 0..6 in a trained vocabulary;
-  [CLS]/[SEP] are aliases of [SOS]/[EOS] (no lines of their own). `encode` treats its input as
-  plain text: "[MASK]" in a string is three tokens "[", "mask", "]"; objectives insert special ids
-  themselves.
-- `from_file` also reads BERT's own vocab.txt, keeping every BERT id: there [CLS]/[SEP] serve as
-  [SOS]/[EOS], and [P]/[ATTN], which BERT lacks, take the first [unusedN] slots (or go at the end
-  of a file without them). It reports the mapping on stderr; see `_adopt_bert`.
-- Known differences from HF `tokenizers` (the test oracle), all three on BERT's side: we
-  lowercase with Python's `str.lower()` as BERT does (final sigma: "ΟΔΟΣ" -> "οδος"; HF gives
-  "οδοσ"); we drop unassigned code points (Cn) as BERT does (HF keeps them); CJK Extension E starts
-  at U+2B820 as in BERT (HF's table says 0x2B920). Unicode categories come from the `regex`
-  module's tables.
-
-Run:  python -c "import tokenizer; tok = tokenizer.WordPiece.train(['some text ...'], 1000)"
-Left out: byte fallback, NFKC, offsets/alignment, batch encoding, special-token parsing, truncation.
+   (N held at its starting value). Naive first (`_train_pieces_naive`: recount everything before
+   every merge), fast beside it (`_train_pieces`: the same merges, updating only what changes).
+Special tokens [PAD] [UNK] [SOS] [EOS] [MASK] [P] [ATTN] are ids 0..6 of a trained vocabulary
+([CLS]/[SEP] alias [SOS]/[EOS]); `encode` never parses them from text. `from_file` also reads
+BERT's vocab.txt.
+Left out: byte fallback, NFKC, offsets, batch encoding, special-token parsing, truncation.
 """
 import collections
 import hashlib
@@ -73,21 +36,17 @@ PREFIX = "##"                 # marks a piece that continues a word
 MAX_WORD_CHARS = 100          # BERT's max_input_chars_per_word: longer words become [UNK]
 CACHE_WORDS = 1 << 18         # size bound of the per-instance word cache
 
-# -------------------------------------------------------------------------------------------------
-# 1. Basic tokenizer (BERT's BasicTokenizer)
-
+# --- 1. Basic tokenizer (BERT's BasicTokenizer) ---------------------------------------------------
 # Category C* (Cc control, Cf format, Cs surrogate, Co private use, Cn unassigned) but not \t \n \r,
 # plus U+FFFD. (\x00 is Cc.) V1 enables the set difference "--".
 _CONTROL = regex.compile(r"[[\p{C}\uFFFD]--[\t\n\r]]", regex.V1)
-# BERT's _is_chinese_char ranges: CJK Unified Ideographs and extensions A-E, compatibility
-# ideographs.
+# BERT's _is_chinese_char ranges: CJK Unified Ideographs, extensions A-E, compatibility ideographs
 _CJK = regex.compile("([\u4E00-\u9FFF\u3400-\u4DBF\U00020000-\U0002A6DF\U0002A700-\U0002B73F"
                      "\U0002B740-\U0002B81F\U0002B820-\U0002CEAF\uF900-\uFAFF"
                      "\U0002F800-\U0002FA1F])")
 _PUNCT = r"\p{P}!-/:-@\[-`{-~"                       # BERT's _is_punctuation
-# A word is one punctuation character or a maximal run of anything but punctuation and whitespace.
-# (After _CONTROL, the whitespace left is space, \t \n \r, Zs, and U+2028/2029, which BERT's
-# str.split() also splits on.)
+# A word is one punctuation character or a maximal run of anything but punctuation and whitespace
+# (after _CONTROL, \s is what BERT's str.split() splits on)
 _WORD = regex.compile(rf"[{_PUNCT}]|[^{_PUNCT}\s]+")
 _NONSPACING_MARK = regex.compile(r"\p{Mn}+")
 
@@ -104,14 +63,10 @@ def basic_tokenize(text, lowercase=True):
     return _WORD.findall(text)
 
 
-# -------------------------------------------------------------------------------------------------
-# 2. The tokenizer
-
+# --- 2. The tokenizer -----------------------------------------------------------------------------
 class WordPiece:
-    """A WordPiece vocabulary with BERT's encoding. Build it with `train` or `from_file`.
-
-    `vocab` is the list of tokens, id = position. It must hold every special token, [SOS]/[EOS]
-    either by that name or by BERT's [CLS]/[SEP] (a list that `from_file` made from BERT's file)."""
+    """A WordPiece vocabulary with BERT's encoding; build it with `train` or `from_file`. `vocab`:
+    the tokens, id = position, every special token included ([SOS]/[EOS] or BERT's [CLS]/[SEP])."""
 
     def __init__(self, vocab, lowercase=True):
         self.vocab = list(vocab)
@@ -135,10 +90,6 @@ class WordPiece:
         self.attn_id = self._ids["[ATTN]"]
         self.cls_id = self.sos_id
         self.sep_id = self.eos_id
-        # Objectives draw random tokens from max(special_ids)+1 .. len-1. For a trained vocabulary
-        # that is every piece; for BERT's file it is the ids after [MASK] (103): the [unusedN]
-        # slots below it are never drawn, which is fine. (A BERT file without [unusedN] slots gets
-        # [P]/[ATTN] appended at the end, which leaves that range empty.)
         self.special_ids = {self._ids[t] for t in SPECIAL_TOKENS}
         # Longest piece in characters (without "##"): the greedy search never tries longer ones.
         self._max_piece = max(len(t.removeprefix(PREFIX)) for t in self.vocab)
@@ -160,8 +111,7 @@ class WordPiece:
 
     # -- encoding ---------------------------------------------------------------------------------
     def _wordpiece(self, word):
-        """Greedy longest-match-first split of one word into piece ids (BERT's
-        WordpieceTokenizer)."""
+        """Greedy longest-match-first split of one word into piece ids (BERT's Wordpiece)."""
         if len(word) > MAX_WORD_CHARS:
             return (self.unk_id,)
         ids = []
@@ -198,12 +148,9 @@ class WordPiece:
         return [self.vocab[i] for i in self.encode(text)]
 
     def decode(self, ids, skip_special=False):
-        """Piece ids -> text. "##" pieces are glued to the previous piece, [PAD] is always dropped
-        (and all special tokens with skip_special=True), then spaces are tidied: none before
-        . , ; : ! ? % ) ] }, none after ( [ {, none around . , : between digits ("3 . 5" -> "3.5")
-        or an apostrophe or hyphen between letters/digits ("it ' s" -> "it's", "x - ray" ->
-        "x-ray"), none before a contraction piece ("I 'm" -> "I'm", "do n't" -> "don't").
-        Lowercasing, stripped accents and the exact original spacing cannot be undone."""
+        """Piece ids -> text: "##" pieces glued to the previous one, [PAD] dropped (every special
+        with skip_special=True), spaces tidied (_TIDY: "3 . 5" -> "3.5", "do n't" -> "don't").
+        Lowercasing, stripped accents and the original spacing cannot be undone."""
         drop = self.special_ids if skip_special else {self.pad_id}
         words = []
         for i in ids:
@@ -222,15 +169,13 @@ class WordPiece:
 
     # -- files ------------------------------------------------------------------------------------
     def save(self, vocab_txt):
-        """Write BERT's vocab.txt format (one token a line, id = line number), atomically.
-        A vocabulary read from BERT's file is written as renamed ([P]/[ATTN] in their slots)."""
+        """Write BERT's vocab.txt format (one token a line, id = line number), atomically."""
         utils.atomic_write(vocab_txt, "".join(tok + "\n" for tok in self.vocab))
 
     @classmethod
     def from_file(cls, vocab_txt, lowercase=True):
-        """Load a vocab.txt: ours, or BERT's (adapted by `_adopt_bert`, which is said on stderr).
-        Errors name the file and the line: not UTF-8, empty line, duplicate token, missing
-        specials (utils.DataError, a ValueError); a missing file raises FileNotFoundError."""
+        """Load a vocab.txt: ours, or BERT's (adapted by `_adopt_bert`, said on stderr). A bad file
+        is a utils.DataError naming the file and line; a missing one a FileNotFoundError."""
         with open(vocab_txt, "rb") as f:                # FileNotFoundError names the path
             raw = f.read()
         try:
@@ -272,9 +217,8 @@ class WordPiece:
     def train(cls, texts, vocab_size, lowercase=True, min_frequency=2, criterion="likelihood",
               progress=True, method="incremental"):
         """Learn a vocabulary of `vocab_size` tokens (specials included) from an iterable of
-        strings. Words seen fewer than `min_frequency` times are left out (module docstring).
-        method="naive" recounts everything before every merge (`_train_pieces_naive`, slow);
-        "incremental" (`_train_pieces`) gives the same vocabulary, fast."""
+        strings; words seen fewer than `min_frequency` times are left out. method: "naive" or
+        "incremental" (the same vocabulary, fast)."""
         trainers = {"naive": _train_pieces_naive, "incremental": _train_pieces}
         if criterion not in ("likelihood", "ratio"):
             raise ValueError(f"criterion={criterion!r}; choose 'likelihood' or 'ratio'")
@@ -294,13 +238,9 @@ _UNUSED = regex.compile(r"\[unused\d+\]")
 
 
 def _adopt_bert(tokens):
-    """BERT's vocab.txt (a list of tokens) -> ours, every BERT id kept. Returns the new list and
-    notes for the user, e.g. ["[SOS]=[CLS] (101)", ..., "[P] -> [unused0] (id 1)", ...].
-
-    [CLS]/[SEP] serve as [SOS]/[EOS] as they are (the constructor finds them by either name).
-    [P] and [ATTN], which BERT lacks, take the first [unusedN] slots, the place BERT left for new
-    tokens, as BERT users do (the slot's line is renamed); a file without free slots gets them at
-    the end, so a model's embedding table grows by two rows."""
+    """BERT's vocab.txt (a list of tokens) -> (ours, every BERT id kept; notes for the user such as
+    "[P] -> [unused0] (id 1)"). [CLS]/[SEP] serve as [SOS]/[EOS]; [P] and [ATTN] take the first
+    [unusedN] slots, or go at the end of a file without them."""
     tokens = list(tokens)
     ids = {tok: i for i, tok in enumerate(tokens)}
     notes = [f"{ours}={bert} ({ids[bert]})" for ours, bert in BERT_NAMES.items()
@@ -335,9 +275,7 @@ def _tidy(text):
     return text
 
 
-# -------------------------------------------------------------------------------------------------
-# 3. Training: the WordPiece likelihood criterion, naive first, fast beside it
-
+# --- 3. Training: the WordPiece likelihood criterion, naive first, fast beside it -----------------
 def _alphabet(counts, min_frequency):
     """Initial pieces: every character seen >= min_frequency times, plain, and "##c" if it was
     seen inside a word."""
@@ -369,18 +307,16 @@ def _start(counts, n_pieces, min_frequency):
 
 
 def _score(c, ca, cb, n0, criterion):
-    """How good merging a pair is, from count(ab), count(a), count(b) and N (module docstring)."""
+    """How good merging a pair is, from count(ab), count(a), count(b) and N (the module's gain;
+    "ratio" is the popular shortcut docs/tokenizer.md compares)."""
     if criterion == "ratio":
         return c / (ca * cb)
     return c * (math.log(c * n0 / (ca * cb)) - 1)        # first-order likelihood gain
 
 
 def _train_pieces_naive(counts, n_pieces, min_frequency, criterion, progress=False):
-    """Return `n_pieces` pieces: the alphabet, then merged pieces in merge order.
-
-    The definition run as written: before every merge, count every symbol and every adjacent pair
-    in every word from scratch. Obviously right, and one pass over all the words per merge: slow.
-    `_train_pieces` makes the same merges, fast."""
+    """Return `n_pieces` pieces: the alphabet, then merged pieces in merge order. The definition
+    run as written: before every merge, count every symbol and pair in every word from scratch."""
     names, kept = _start(counts, n_pieces, min_frequency)
     # A symbol's rank is its age: the alphabet in order, then each merged piece as it is made
     rank = {s: i for i, s in enumerate(names)}
@@ -428,14 +364,10 @@ def _train_pieces_naive(counts, n_pieces, min_frequency, criterion, progress=Fal
 def _train_pieces(counts, n_pieces, min_frequency, criterion, progress=False):
     """Return the same pieces as `_train_pieces_naive`, in the same order, without the recounts.
 
-    State: each kept word is a list of symbol ids with a frequency; `sym_count[s]` and
-    `pair_count[(a, b)]` are frequency-weighted occurrence counts; `pair_words[(a, b)]` indexes the
-    words that contain the pair, so a merge only revisits those words. The best pair comes from a
-    max-heap of (-score, -count, a, b) with lazy validation: every time a pair's score may have
-    changed -- its own count changed, or the count of one of its symbols did (then the pair is
-    found through `pairs_of[symbol]`) -- a fresh entry is pushed, and a popped entry is used only
-    if it still equals the pair's current key. Symbol ids are ranks as in the naive trainer, so
-    ties are broken the same way, and training is deterministic.
+    `pair_words[(a, b)]` indexes the words holding a pair, so a merge revisits only those. The best
+    pair comes from a max-heap of (-score, -count, a, b): whenever a pair's score may have changed
+    (its count, or a symbol's: `pairs_of[symbol]`) a fresh entry is pushed, and a popped entry is
+    used only if it still equals the pair's key. Symbol ids are ranks, so ties break as naive's.
     """
     alphabet, words = _start(counts, n_pieces, min_frequency)
     names = list(alphabet)

@@ -1,44 +1,19 @@
-"""Pre-training objectives: each one only builds
-(tokens, positions, segments, attention mask, targets).
+"""Pre-training objectives: each one only builds (tokens, positions, segments, attention mask,
+targets). docs/how-it-fits-together.md ("Contracts") describes the interface in full.
 
-    from objectives import get_objective
-    # unilm | pmlm | ernie_gen | palm | mass
-    obj = get_objective("pmlm", tokenizer, task="pretrain")
-    batch = obj.make_batch(examples, random.Random(0))           # -> Batch
+    obj = get_objective("pmlm", tokenizer, task="pretrain")     # or unilm, ernie_gen, palm, mass
+    batch = obj.make_batch(examples, random.Random(0))          # -> Batch
     loss, metrics = obj.loss(model, batch)
 
-Every objective has the same shape, so reading one teaches the others:
-
-    pretrain_example(passage, rng)  one passage (a list of sentences of token ids)
-                                    -> Example or None
-    seq2seq_example(src, tgt, rng)  one (source ids, target ids) pair -> Example or None
-    make_batch(examples, rng)       the examples -> Examples -> collate -> Batch
-                                    (shared, in this file)
-    compute_loss(model, batch)      one forward pass -> (loss, metrics)   (loss() wraps it)
-    options                         declared as class attributes: `mask_prob = option(0.15, "...")`
-    set_step(step, total_steps)     a hook train.py calls before every batch (PALM's two stages)
-    prepare(options, tok, ...)      a hook train.py calls on the training data before building the
-                                    objective (ERNIE-GEN's span vocabulary)
-    heads(model)                    the output heads beside the LM head (NSP, copy): train.py's
-                                    LossModule joins them to every loss, so DDP sees them
-    show_fills(model, example)      what the model predicts on one example, as [prediction|answer]
-
-The registry at the end of this file is a plain dict of classes, OBJECTIVES = {"unilm":
-UniLMObjective, ...}: "go to definition" on a class opens its file. train.py names no objective;
-everything it needs to know about one is a class attribute or one of the hooks above.
-
-An Example is one sequence as per-token lists: input_ids, position_ids, segment_ids, labels
-(-100 = no loss) and the mask's description, kind and step (objectives/masks.py): the attention
-mask is never stored, it is ONE rule applied to those two vectors wherever the batch is
-(masks.attention_mask). `collate` pads Examples into a Batch. An Example returned as None was
-skipped (too short, say) and is counted in `objective.skipped`; a batch whose examples were ALL
-skipped is empty (zero rows), and its loss is a zero that still touches every parameter (so DDP,
-which expects a gradient for every parameter, keeps going): the one policy for every objective.
-
-Seq2seq layout shared by every objective (fine-tuning and generate.py's decoding loop rely on it):
-    [SOS] src [EOS] | target part          source positions 0..S-1, target positions S, S+1, ...
-with segment ids `segments = (source, target)` and the query token `query_token` ([MASK], [P],
-[ATTN]) put at target position t to predict y_t, or None for next-token prediction (PALM).
+Every objective has the same shape: pretrain_example(passage, rng) and seq2seq_example(src, tgt,
+rng) give an Example (per-token lists; the mask described by kind and step, objectives/masks.py)
+or None (skipped and counted); make_batch pads them through `collate` into a Batch;
+compute_loss(model, batch) is one forward pass. Options are class attributes (`option`); the
+hooks set_step, prepare, heads and show_fills tell train.py what it needs, so it names no
+objective. The registry at the end is a plain dict, OBJECTIVES = {"unilm": UniLMObjective, ...}.
+Seq2seq layout shared by every objective and generate.py: [SOS] src [EOS] at positions 0..S-1,
+then the target part at S, S+1, ..., segment ids `segments`, and `query_token` at position S+t to
+predict y_t ([MASK], [P], [ATTN]; None: next-token prediction).
 """
 import random
 import warnings
@@ -51,22 +26,18 @@ import torch.nn.functional as F
 from objectives import masks
 from objectives.masks import CTX, ORIG, PAD
 
-# --------------------------------------------------------------------------------------------------
-# What an objective produces: Examples, then a Batch
 
-
+# --- What an objective produces: Examples, then a Batch -------------------------------------------
 @dataclass
 class Example:
     """One sequence on its way to a batch: per-token lists of one length, and per-example extras."""
     input_ids: list
-    # explicit: pseudo and [ATTN] tokens reuse the position of their token
-    position_ids: list
+    position_ids: list            # explicit: [P] and [ATTN] reuse the position of their token
     segment_ids: list
     labels: list                  # the token to predict at this row, -100 = none
     kind: list                    # masks.CTX / ORIG / PSEUDO / SPAN: the mask's description ...
     step: list                    # ... and the factorization step of each token (masks.may_attend)
-    # per-example numbers, stacked by collate (UniLM's NSP label)
-    extras: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)      # per-example numbers (UniLM's NSP label)
 
     def __len__(self):
         return len(self.input_ids)
@@ -74,10 +45,8 @@ class Example:
 
 @dataclass
 class Batch:
-    """Examples padded to (B, L). The attention mask is built from kind and step where the batch
-    is.
-
-    extras, every key any objective uses (one place to look them up):
+    """Examples padded to (B, L); the attention mask is built from kind and step where the batch
+    is. extras, every key any objective uses:
         lm_type       UniLM: index in unilm.LM_TYPES of the LM drawn for this batch (an int)
         nsp_labels    UniLM: (B,) 0 = S2 follows S1, 1 = S2 is from another passage
                       (bidirectional LM only)
@@ -92,9 +61,7 @@ class Batch:
     kind: torch.Tensor            # (B, L) long, masks.PAD at padding
     step: torch.Tensor            # (B, L) long
     extras: dict = field(default_factory=dict)
-    # kind -> how many rows of that kind carry a label, counted on the CPU by collate; None for a
-    # batch made by hand
-    n_labels: dict = None
+    n_labels: dict = None         # kind -> rows with a label (counted by collate), or None
 
     @property
     def attn_mask(self):
@@ -103,14 +70,12 @@ class Batch:
 
     @property
     def mask(self):
-        """The mask described (kind, step): what objectives hand the model, which builds it on its
-        device."""
+        """The mask described (kind, step): what objectives hand the model (built on its device)."""
         return masks.MaskSpec(self.kind, self.step)
 
     def labelled(self, *kinds):
-        """How many rows of these kinds (of every kind if none is named) carry a label: known on the
-        CPU, so lm_loss can pick the rows without waiting for the GPU to count them. None if
-        unknown."""
+        """How many rows of these kinds (of any kind if none is named) carry a label, or None:
+        known on the CPU, so lm_loss picks the rows without waiting for the GPU to count them."""
         if self.n_labels is None:
             return None
         return sum(n for k, n in self.n_labels.items() if not kinds or k in kinds)
@@ -119,8 +84,7 @@ class Batch:
         return self._map(lambda t: t.to(device, non_blocking=True))
 
     def pin_memory(self):
-        """For a DataLoader's pin_memory (batches built in worker processes, copied to the GPU
-        asynchronously)."""
+        # a DataLoader's pin_memory: batches from worker processes, copied to the GPU asynchronously
         return self._map(lambda t: t.pin_memory())
 
     def _map(self, fn):
@@ -157,11 +121,7 @@ def leading_context(example):
     return n
 
 
-# --------------------------------------------------------------------------------------------------
-# Options: declared on the objective's class, so a reader finds them, and train.py makes each a
-# --flag
-
-
+# --- Options: declared on the objective's class; train.py makes each a --flag ---------------------
 class Option:
     """An objective's setting: a default and a one-line description (train.py --help prints it)."""
 
@@ -174,28 +134,23 @@ def option(default, help):
     return Option(default, help)
 
 
-# --------------------------------------------------------------------------------------------------
-# The interface train.py, generate.py and evaluate.py call
-
-
+# --- The interface train.py, generate.py and evaluate.py call -------------------------------------
 class Objective:
     """Base class: the one shape of every objective (see the module docstring)."""
 
     name = None
     query_token = None            # "[MASK]" | "[P]" | "[ATTN]" | None (next-token prediction)
-    # segment ids of (source, target) in seq2seq fine-tuning and decoding
-    segments = (0, 1)
-    # ModelConfig fields it needs (pmlm: relative position bias; palm: copy head)
-    model_defaults = {}
-    # collate pads every example's context part to one width (PALM's layout)
-    align_source = False
+    segments = (0, 1)             # segment ids of (source, target) in fine-tuning and decoding
+    model_defaults = {}           # ModelConfig fields it needs (pmlm: relative bias; palm: copy)
+    align_source = False          # collate pads every context part to one width (PALM's layout)
     n_segments = 2                # segment ids used: the model needs ModelConfig.n_segment >= this
     pad_multiple = 1              # collate pads the batch length up to a multiple of this
-    # metric keys that say what a batch was (PALM's stage, UniLM's LM type), not how well the model
-    # did: logged in metrics.jsonl, left out of the printed evaluation line
+    # metric keys that say what a batch was (PALM's stage), not how well the model did: logged in
+    # metrics.jsonl, left out of the printed evaluation line
     tags = ()
-    # the shortest pre-training passage, in tokens, that gives an example (train.py checks seq_len)
-    min_passage = 1
+    min_passage = 1               # the shortest pre-training passage (tokens) giving an example
+    # pre-training reads the context part only: PMLM's originals, MASS's span part copy its slots
+    pretrain_reads_context_only = False
 
     def __init__(self, tokenizer, task="pretrain", max_len=512, label_smoothing=0.0, **options):
         if task not in ("pretrain", "seq2seq"):
@@ -204,8 +159,7 @@ class Objective:
         self.task = task
         self.max_len = max_len
         self.label_smoothing = label_smoothing
-        # reason -> count of examples the objective could not use (train.py reports it)
-        self.skipped = {}
+        self.skipped = {}         # reason -> count of examples it could not use (train.py says)
         table = self.option_table()
         unknown = sorted(set(options) - set(table))
         if unknown:
@@ -230,33 +184,27 @@ class Objective:
         return {key: getattr(self, key) for key in self.option_table()}
 
     # --- hooks a subclass may define --------------------------------------------------------------
-
     def check_options(self):
-        """Raise ValueError for an option value that makes no sense (called at the end of
-        __init__)."""
+        """Raise ValueError for an option value that makes no sense (the end of __init__)."""
 
     def set_step(self, step, total_steps):
-        """train.py calls this before building the batch of step `step` (0-based) of
-        `total_steps`."""
+        """train.py calls this before building the batch of step `step` (0-based) of total_steps."""
 
     @classmethod
     def prepare(cls, options, tokenizer, examples, cache_dir, task="pretrain", progress=True):
-        """Work on the training examples of `task` that must come before the objective is built
-        (ERNIE-GEN counts its span vocabulary here); cache_dir is a folder keyed by the corpus and
-        the tokenizer. Returns the options to build it with (train.py keeps them in the
-        checkpoint)."""
+        """Work on the training examples that must come before the objective is built (ERNIE-GEN's
+        span vocabulary; cache_dir is keyed by corpus and tokenizer) -> the options to build it
+        with (train.py keeps them in the checkpoint)."""
         return options
 
     def heads(self, model):
-        """The parameters of the model's output heads beside the tied LM head (UniLM's NSP head,
-        PALM's copy head). A batch may leave them unused (the NSP head outside UniLM's
-        bidirectional LM, the copy head in PALM's stage 1, both under pmlm): train.LossModule adds
-        them to every loss times zero, so that DDP sees a gradient for every parameter."""
+        """The parameters of the output heads beside the tied LM head (NSP, copy). A batch may leave
+        them unused: train.LossModule adds them to every loss times zero, so that DDP sees a
+        gradient for every parameter."""
         return [p for name, p in model.named_parameters()
                 if name.split(".")[0].endswith("_head")]
 
     # --- examples -> batch ------------------------------------------------------------------------
-
     def pretrain_example(self, passage, rng):
         raise NotImplementedError
 
@@ -265,8 +213,7 @@ class Objective:
 
     def fit_pair(self, src, tgt):
         """Fit a seq2seq pair in max_len positions beside three special tokens ([SOS] src [EOS] tgt
-        and one more: UniLM's and ERNIE-GEN's final [EOS], PALM's and MASS's second [SOS]). A target
-        that cannot fit alone is cut; then the source gives way, cut from the right."""
+        and one more [EOS] or [SOS]): a target that cannot fit alone is cut, then the source."""
         room = self.max_len - 3
         if len(tgt) > room:
             warn_once(f"{self.name}: a target is longer than max_len - 3 = {room}; truncated")
@@ -286,11 +233,8 @@ class Objective:
         return self.collate([row for row in rows if row is not None])
 
     def collate(self, rows, **batch_extras):
-        """Examples -> Batch: right-padded (or, with align_source, context and rest padded apart).
-
-        Padding is PAD kind (the rule hides it), pad_id, position 0 and label -100. Per-example
-        extras are stacked into (B,) tensors; batch_extras are stored as they are.
-        """
+        """Examples -> Batch, right-padded (with align_source, context and rest apart) with PAD
+        kind, pad_id, position 0, label -100; per-example extras stacked into (B,) tensors."""
         extras = dict(batch_extras)
         keys = rows[0].extras if rows else {}
         extras.update({k: torch.tensor([row.extras[k] for row in rows]) for k in keys})
@@ -299,8 +243,7 @@ class Objective:
             extras["source_width"] = S
             rows = [self._aligned(row, S) for row in rows]
         L = max((len(row) for row in rows), default=0)
-        # lengths rounded up to a multiple: fewer distinct shapes for the compiled blocks (fast.py)
-        # (train.py sets it on CUDA)
+        # rounded up to a multiple: fewer distinct shapes for compiled blocks (train.py on CUDA)
         L = -(-L // self.pad_multiple) * self.pad_multiple
         column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)
         labels, kind = column("labels", -100), column("kind", PAD)
@@ -315,8 +258,7 @@ class Objective:
                      dict(zip(kinds.tolist(), counts.tolist())))
 
     def _aligned(self, row, S):
-        """Insert padding after the context part so that it is S tokens wide (the rest starts at
-        S)."""
+        """Insert padding after the context part so that it is S tokens wide."""
         n = leading_context(row)
         gap = S - n
         cut = lambda values, fill: values[:n] + [fill] * gap + values[n:]
@@ -329,10 +271,8 @@ class Objective:
                        row.extras)
 
     # --- the loss ---------------------------------------------------------------------------------
-
     def loss(self, model, batch):
-        """(loss, metrics) for a batch; an empty batch gives a zero that touches every parameter
-        (DDP)."""
+        """(loss, metrics); an empty batch gives a zero that touches every parameter (DDP)."""
         if len(batch) == 0:
             zero = sum(p.sum() for p in model.parameters()) * 0.0
             return zero, {"loss": zero.detach()}
@@ -342,25 +282,22 @@ class Objective:
         raise NotImplementedError
 
     def corpus_tokens(self, batch):
-        """How many tokens of the corpus a batch reads: its context and target tokens (CTX, ORIG),
-        not the query tokens an objective adds ([P], [ATTN]) nor padding. Throughput in these
-        compares objectives fairly."""
-        return int(((batch.kind == CTX) | (batch.kind == ORIG)).sum())
+        """Tokens of the corpus a batch reads (CTX, ORIG; no query tokens, no padding): throughput
+        in these compares objectives fairly."""
+        read = batch.kind == CTX
+        if self.task == "seq2seq" or not self.pretrain_reads_context_only:
+            read |= batch.kind == ORIG
+        return int(read.sum())
 
     def decode_logprobs(self, model, h, source):
-        """Log-probabilities (N, V) of the next target token from the query rows' final states
-        h (N, d).
-
-        `source` holds the encoded source (hidden (N, S, d), ids (N, S), mask (N, S)) for objectives
-        that need it (PALM's copy head); the default is the tied LM head.
-        """
+        """Log-probabilities (N, V) of the next target token from the query rows' states h (N, d);
+        `source` (hidden, ids, mask of the encoded source) serves PALM's copy head."""
         return model.lm_logits(h).float().log_softmax(dim=-1)
 
     def count_skip(self, reason):
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
     # --- what the model predicts, for a reader watching it learn ----------------------------------
-
     @torch.no_grad()
     def show_fills(self, model, example, device="cpu", autocast=None, n_tokens=48):
         """The model's predictions on one pretrain example: the text with every predicted slot as
@@ -402,10 +339,7 @@ def fills_example(examples, tok):
     return next(prose, examples[0])
 
 
-# --------------------------------------------------------------------------------------------------
-# Helpers shared by the objectives
-
-
+# --- Helpers shared by the objectives -------------------------------------------------------------
 def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
     """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] with p_mask, a random token with p_random, else
     unchanged."""
@@ -419,8 +353,7 @@ def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
 
 def random_token(tokenizer, rng):
     """A uniformly random ordinary id: after the special tokens at the head of the vocabulary
-    (unigen's 7; a BERT vocab.txt's ids up to [MASK], its [unusedN] slots never drawn) and before
-    any special token appended at its end."""
+    (a BERT vocab.txt's up to [MASK]) and before any appended at its end."""
     hi = len(tokenizer)
     while hi - 1 in tokenizer.special_ids:
         hi -= 1
@@ -429,13 +362,9 @@ def random_token(tokenizer, rng):
 
 
 def cut_segments(sentences, rng):
-    """A passage (non-empty sentences) -> (S1, S2) token lists, cut at a uniformly random sentence
-    boundary.
-
-    One sentence is cut inside, at a uniformly random token boundary (so short documents stay in
-    play); a one-token passage gives ([token], []). UniLM (2.3) and UniLMv2 (2.2) cut their
-    "[SOS] S1 [EOS] S2 [EOS]" here.
-    """
+    """A passage (non-empty sentences) -> (S1, S2), cut at a uniformly random sentence boundary,
+    or inside a lone sentence at a random token; one token gives ([token], []). (UniLM 2.3,
+    UniLMv2 2.2)"""
     if len(sentences) >= 2:
         k = rng.randint(1, len(sentences) - 1)
         return [t for s in sentences[:k] for t in s], [t for s in sentences[k:] for t in s]
@@ -447,13 +376,9 @@ def cut_segments(sentences, rng):
 
 
 def lm_loss(model, h, labels, label_smoothing=0.0, n=None):
-    """Cross-entropy of the tied LM head over the rows with labels != -100, in fp32.
-
-    Only the predicted rows go through the (d x V) output layer: with 15% of the rows masked that is
-    most of the head's cost saved. n: how many rows have a label (Batch.labelled, counted on the
-    CPU); without it, picking the rows waits for the GPU to count them (boolean indexing), which
-    stalls a GPU's queue once a step. Returns (loss, accuracy) as 0-dim tensors.
-    """
+    """Cross-entropy of the tied LM head over the rows with labels != -100, in fp32 -> (loss,
+    accuracy). Only those rows go through the (d x V) head; n, their count (Batch.labelled), spares
+    the GPU a count (boolean indexing stalls its queue)."""
     sel = (labels != -100).flatten()
     if n is None:
         rows = sel.nonzero().squeeze(1)
@@ -482,10 +407,7 @@ def warn_once(message):
         warnings.warn(message, stacklevel=2)
 
 
-# --------------------------------------------------------------------------------------------------
-# The registry: name -> class. Imported last, because each objective's file imports the base class
-# and the helpers above from this one.
-
+# --- The registry (last: each objective's file imports the base class above) ----------------------
 from objectives.unilm import UniLMObjective          # noqa: E402
 from objectives.pmlm import PMLMObjective            # noqa: E402
 from objectives.ernie_gen import ErnieGenObjective   # noqa: E402
@@ -502,14 +424,12 @@ OBJECTIVES = {
 
 
 def objective_class(name):
-    """The Objective subclass registered as `name` (its options, model_defaults, ...), without
-    building one."""
+    """The Objective subclass registered as `name`, without building one."""
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}")
     return OBJECTIVES[name]
 
 
 def get_objective(name, tokenizer, task="pretrain", **options) -> Objective:
-    """name in unilm | pmlm | ernie_gen | palm | mass; task in pretrain | seq2seq; options go to the
-    objective."""
+    """name in OBJECTIVES; task pretrain | seq2seq; options go to the objective."""
     return objective_class(name)(tokenizer, task=task, **options)

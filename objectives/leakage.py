@@ -1,39 +1,17 @@
 """The leakage checker: proof, by autograd, that no prediction can see what it predicts.
 
-    from objectives import leakage
     report = leakage.check(model, batch)          # a batch of any objective, a model in any state
     assert report.leaks == []                     # empty: proven leak-free on this batch
-    report.gradients(b)                           # (predictions, L): how much each prediction of
-                                                  # example b depends on each input (a heatmap for
-                                                  # the notebooks)
+    report.gradients(b)                           # (predictions, L): each prediction's dependence
+                                                  # on each input of example b (a heatmap)
 
-A mask can be wrong in two ways the papers warn about (UniLMv2 3.2): EXPLICIT leakage, a query sees
-its own answer, and IMPLICIT leakage, a query sees a token that has seen the answer (a context token
-attending an appended original, say). A one-layer look at the mask catches the first; the second
-runs through the layers. Autograd catches both: the gradient of a prediction with respect to an
-input embedding is exactly 0.0 (not small: masked scores are -inf, so their softmax weight and its
-gradient are exact zeros) if and only if no path of attention carries that input to the prediction.
-
-Which inputs a prediction must not depend on follows from the batch's own per-token description
-(kind, step; objectives/masks.py), not from its mask, so a wrong mask cannot hide its own mistake.
-For a prediction at row i:
-
-    row i is context (CTX)          it may not depend on any non-context input: the context is
-                                    the corrupted text and nothing else (MLM, UniLMv2's L_AE,
-                                    PALM's stage 1, a UniLM source)
-    row i is of step b (ORIG, PSEUDO, SPAN: step[i] = b)
-                                    it may not depend on an ORIG input of step >= b other than
-                                    itself: the originals of its own and later steps hold its
-                                    answer and the future
-
-Inputs that carry no text ([P], [ATTN], [M]) need no rule: whatever they could leak they got from an
-ORIG input, and autograd follows that path. One thing the rule cannot see is a context slot that
-holds its own original (BERT's 10% "keep"): for an MLM that is by design, and UniLMv2's kept slots
-are proven out of L_PAR by tests/test_pmlm.py.
-
-The probe: the LM head's logits at row i projected on a random vector (so that no cancellation hides
-a dependence), differentiated with respect to the input embeddings (token + position + segment), in
-eval mode (dropout would make gradients random, not zero).
+The gradient of a prediction with respect to an input embedding is exactly 0.0 (masked scores are
+-inf) if and only if no path of attention carries that input to it, so autograd catches explicit
+leakage (a query sees its answer) and implicit leakage through the layers (UniLMv2 3.2) alike.
+What a prediction may not depend on follows from the batch's kind and step, not from its mask,
+so a wrong mask cannot hide its own mistake (`forbidden_inputs`). The probe: the logits at a row
+projected on a random vector, differentiated in eval mode. docs/objectives.md ("Leakage") says
+what the rule cannot see.
 """
 from dataclasses import dataclass, field
 
@@ -44,7 +22,8 @@ from objectives.masks import CTX, ORIG, PAD
 
 def forbidden_inputs(kind, step, row):
     """(L,) bool: the inputs the prediction at `row` of one example (kind, step: (L,)) may not
-    depend on."""
+    depend on: a context row, nothing but context; a row of step b, no ORIG of step >= b but
+    itself (those hold its answer and the future)."""
     L = kind.size(0)
     j = torch.arange(L, device=kind.device)
     if kind[row] == CTX:
@@ -56,11 +35,7 @@ def forbidden_inputs(kind, step, row):
 
 def dependencies(model, batch, b, rows, attn_mask=None):
     """(len(rows), L): |d prediction(b, row) / d input embedding(b, j)| summed over the embedding
-    dimension.
-
-    attn_mask: a (B, L, L) mask to run the model with instead of the batch's own (e.g. a student's
-    mask).
-    """
+    dimension. attn_mask: a (B, L, L) mask to use instead of the batch's (a student's, say)."""
     mask = batch.attn_mask if attn_mask is None else attn_mask
     was_training = model.training
     model.eval()
@@ -117,12 +92,8 @@ class Report:
 
 def check(model, batch, examples=None, max_rows=None, attn_mask=None):
     """Every prediction of the batch (labels != -100): what it depends on, and the forbidden
-    dependencies.
-
-    examples: which examples to check (default all); max_rows: at most that many predictions per
-    example; attn_mask: run the model with this mask instead of the batch's own (a hand-made or a
-    student's mask).
-    """
+    dependencies. examples: which to check (default all); max_rows: at most that many predictions
+    an example; attn_mask: a mask to use instead of the batch's own."""
     report = Report()
     for b in (range(len(batch)) if examples is None else examples):
         rows = (batch.labels[b] != -100).nonzero().flatten().tolist()[:max_rows]
@@ -140,13 +111,9 @@ def check(model, batch, examples=None, max_rows=None, attn_mask=None):
 
 
 def reachable(mask, n_layers):
-    """Which inputs can influence each query through n_layers of attention: the boolean mask's
-    matrix power.
-
-    (B, L, L) -> (B, L, L). Every layer also carries a token's own state forward (the residual
-    stream), so the mask gets its diagonal first. Compare with `dependencies`: autograd should find
-    exactly these (or fewer).
-    """
+    """(B, L, L) -> (B, L, L): which inputs can reach each query through n_layers of attention,
+    the mask's matrix power (with its diagonal: the residual stream). `dependencies` finds these
+    or fewer."""
     m = mask | torch.eye(mask.size(-1), dtype=torch.bool, device=mask.device)
     r = m.clone()
     for _ in range(n_layers - 1):

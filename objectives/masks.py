@@ -1,40 +1,22 @@
 """Self-attention masks: the whole difference between the four papers' language models.
 
-Every mask is a boolean tensor (B, L, L) with True = "query i may attend key j". Padding keys are
-False; a padding query row is all False (the model lets such rows see themselves so softmax stays
-finite; they carry no loss). In the pictures below rows are queries, columns keys, `1` = may attend.
+A mask is a bool tensor (B, L, L), True = "query i may attend key j" (rows queries, columns keys in
+the pictures). ONE rule makes every mask (`may_attend`), from two per-token vectors a Batch carries:
 
-ONE rule makes every mask of the project (`may_attend`), from two per-token vectors a Batch carries:
-
-    kind   what the token is:
-           CTX    context: the text every query may see (source, unmasked text, [M] slots)
-           ORIG   a token of a left-to-right factorization: sees what came before it
+    kind   CTX    context: the text every query may see (source, unmasked text, [M] slots)
+           ORIG   a token of a left-to-right factorization
            PSEUDO a query token ([P], word-flow [ATTN]) predicting the ORIG of its step
-           SPAN   a span-flow [ATTN] (ERNIE-GEN): sees what came before its span
-           PAD    padding
-    step   the factorization step of ORIG / PSEUDO / SPAN tokens (1, 2, ...);
-           ignored for CTX and PAD
+           SPAN   a span-flow [ATTN] (ERNIE-GEN)
+           PAD    padding: sees nothing, seen by nothing
+    step   the factorization step 1, 2, ... of ORIG / PSEUDO / SPAN tokens
 
     a CTX query     sees  CTX
     an ORIG query   sees  CTX + ORIG of steps <= its own                      (the text so far)
     a PSEUDO query  sees  CTX + ORIG of steps <  its own + PSEUDO of its own step
     a SPAN query    sees  CTX + ORIG of steps <  its own + itself
 
-Because the rule reads only per-token vectors, a mask never has to be materialised on the CPU:
-a Batch hands the model a `MaskSpec` (kind, step), `attention_mask` builds the dense (B, L, L)
-tensor wherever kind and step are (the GPU, for the naive and SDPA paths), and the FlexAttention
-path of the GPU speed layer (fast.py) calls `may_attend` on single (query, key) pairs inside its
-kernel. generate.py describes each decoding step's tokens with kind and step too. The papers'
-masks are this rule with the right kinds and steps; the builders below write each one out the way
-its paper draws it, and the tests hold every one equal to the rule:
-
-UniLM (section 2.1, Figure 1):       bidirectional, left_to_right, right_to_left, seq2seq
-                                     (from lengths)
-UniLMv2 (section 3.2, Figure 5):     pseudo_masked
-ERNIE-GEN (section 3.3, Figure 3d):  multi_flow (contextual, word-by-word and span-by-span flows in
-                                     one mask)
-PALM (section 2.1):                  seq2seq (context bidirectional = encoder, continuation causal =
-                                     decoder)
+The builders below write out each paper's mask the way it draws it; the tests hold every one equal
+to the rule. docs/how-it-fits-together.md ("One rule makes every mask") says where each is built.
 """
 from dataclasses import dataclass
 
@@ -83,10 +65,9 @@ def attention_mask(kind, step, start=0):
 
 @dataclass(frozen=True)
 class MaskSpec:
-    """The attention mask described, not materialised: what `Batch.mask` hands the model
-    (model.Mask is this or the dense tensor). `dense()` builds the (B, L, L) bool mask on kind's
-    device (the naive and SDPA paths); the GPU speed layer's FlexAttention reads kind and step
-    inside its kernel instead (fast.mask_mod)."""
+    """The attention mask described, not materialised: what `Batch.mask` hands the model.
+    `dense()` builds the (B, L, L) mask on kind's device (naive and SDPA paths); FlexAttention reads
+    kind and step inside its kernel (fast.mask_mod)."""
     kind: torch.Tensor        # (B, L)
     step: torch.Tensor        # (B, L)
 
@@ -95,7 +76,6 @@ class MaskSpec:
 
 
 # --- UniLM: the four LMs, from lengths ------------------------------------------------------------
-
 def _grid(lengths, L):
     """Query index i (1, L, 1), key index j (1, 1, L) and the validity of both (B, L, L)."""
     n = torch.as_tensor(lengths).view(-1, 1, 1)
@@ -140,11 +120,8 @@ def right_to_left(lengths, L):
 
 
 def seq2seq(src_lengths, lengths, L):
-    """Source block bidirectional; each target token sees the whole source, the target to its left
-    and itself.
-
+    """Source bidirectional; a target token sees the source, the target to its left and itself.
     src_lengths counts the source part (with its [SOS] ... [EOS]); lengths the whole sequence.
-    The official UniLM code writes it as ((j < n_src) | (j <= i)) & valid.
 
         src_lengths=[2], lengths=[5], L=5:    s s t t t
                                          s    1 1 0 0 0
@@ -159,14 +136,9 @@ def seq2seq(src_lengths, lengths, L):
 
 
 def unilm_kinds(lm, n, n_src=0):
-    """UniLM's four LMs in the rule's terms: (kind, step) lists for one sequence of n tokens.
-
-        bidirectional   every token CTX                            everyone sees everyone
-        left_to_right   token i is ORIG of step i + 1              it sees j <= i
-        right_to_left   token i is ORIG of step n - i              it sees j >= i
-        seq2seq         the n_src source tokens CTX, target token t ORIG of step t + 1
-    The tests hold attention_mask(unilm_kinds(...)) equal to the four builders above.
-    """
+    """UniLM's four LMs in the rule's terms: (kind, step) lists for one sequence of n tokens
+    (bidirectional: all CTX; left-to-right: token i ORIG of step i + 1; right-to-left: of step
+    n - i; seq2seq: the n_src source tokens CTX, then left-to-right)."""
     if lm == "bidirectional":
         return [CTX] * n, [0] * n
     if lm == "left_to_right":
@@ -179,26 +151,12 @@ def unilm_kinds(lm, n, n_src=0):
 
 
 # --- UniLMv2: pseudo-masked LM --------------------------------------------------------------------
-
 def pseudo_masked(kind, step):
-    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5), from per-token kinds and step
-    indices.
+    """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5): the context (text and [M]) CTX, a
+    masked block's appended originals ORIG and [P]s PSEUDO of its factorization step r. A [P] never
+    sees its own originals (no explicit leakage), the context no ORIG (no implicit one).
 
-    kind (B, L):  CTX     the context part: unmasked tokens and the [M] tokens of the autoencoding
-                          side
-                  ORIG    an appended original token of a masked block
-                  PSEUDO  an appended pseudo token [P] of a masked block
-                  PAD     padding
-    step (B, L):  the factorization step r = 1..|M| of ORIG/PSEUDO tokens (ignored for CTX and PAD).
-
-      CTX query      sees CTX                         (the context never sees appended tokens)
-      ORIG of r      sees CTX + ORIG of steps <= r    (the partially autoregressive context so far)
-      PSEUDO of r    sees CTX + ORIG of steps < r + PSEUDO of r
-                                                      (never its own originals: no explicit leakage;
-                                                       CTX sees no ORIG: no implicit one)
-
-    The paper's example: x1..x6, blocks {x4, x5} (r = 1) then {x2} (r = 2); the appended part is
-    x4 x5 P4 P5 x2 P2:
+    The paper's example: x1..x6, blocks {x4, x5} (r = 1) then {x2} (r = 2):
                   x1 M2 x3 M4 M5 x6 | x4 x5 P4 P5 x2 P2
         x1 .. x6   1  1  1  1  1  1 |  0  0  0  0  0  0
         x4, x5     1  1  1  1  1  1 |  1  1  0  0  0  0
@@ -206,25 +164,16 @@ def pseudo_masked(kind, step):
         x2         1  1  1  1  1  1 |  1  1  0  0  1  0
         P2         1  1  1  1  1  1 |  1  1  0  0  0  1
 
-    Seq2seq fine-tuning (section 3.4) is the same rule with every target token its own step:
-    source = CTX, target token j = ORIG of step j, its [P] = PSEUDO of step j.
+    Fine-tuning (3.4): source CTX, target token j ORIG of step j, its [P] PSEUDO of step j.
     """
     return attention_mask(kind, step)
 
 
 # --- ERNIE-GEN: multi-flow attention --------------------------------------------------------------
-
-# ERNIE-GEN names: source S' = CTX, noised target T' = ORIG, word-by-word [ATTN] = PSEUDO,
-# span-by-span [ATTN] = SPAN
-
 def multi_flow(kind, step):
-    """ERNIE-GEN's three flows as ONE mask over the sequence [S'; T'; A_W; A_S]
-    (section 3.3, Eq. 2-6, Fig. 3d).
-
-    kind (B, L): CTX (source S'), ORIG (target T'), PSEUDO (word-flow [ATTN]), SPAN (span-flow
-    [ATTN]), PAD.
-    step (B, L): for ORIG and PSEUDO the target index i = 1..|T|; for SPAN the index b of its
-    span's first target token (a span [b, e) has e - b [ATTN] tokens, all with step b).
+    """ERNIE-GEN's three flows as ONE mask over [S'; T'; A_W; A_S] (section 3.3, Eq. 2-6, Fig. 3d):
+    source S' CTX, noised target T'_i ORIG of step i, word-flow [ATTN]_i PSEUDO of step i, every
+    span-flow [ATTN] of a span [b, e) SPAN of step b.
 
       contextual flow M_C:  S' sees S';  T'_i sees S' + T'_<=i    (never an [ATTN] row: Eq. 5 holds)
       word flow M_W:        [ATTN]_i sees S' + T'_<i + itself

@@ -1,72 +1,21 @@
 """PALM (Bi et al. 2020, section 2): autoencoding + autoregressive pre-training, context ->
-continuation, with copying.
+continuation, with copying. docs/objectives.md ("PALM") tells the windows, the cut and the stages.
 
-    # pre-training: a window of a passage -> 80% + 20%
-    obj = get_objective("palm", tok)
-    # fine-tuning: source = context, target = continuation
-    obj = get_objective("palm", tok, task="seq2seq")
-    # train.py makes flags of `options` and calls set_step
-    python train.py --objective palm --stage1_frac 0.1
-
-ONE backbone plays both of the paper's networks. PALM uses a separate Transformer encoder and
-decoder; here the seq2seq mask does the job: the context block is bidirectional (the encoder), each
-continuation token sees the whole context and the continuation to its left (the decoder, with the
-context states as its "cross-attention" memory). Encoder and decoder therefore share their weights,
-which the paper's model does not.
-
-Examples (2.2, 3.1). The paper builds its pairs "from the documents by a sliding window with the
-stride of one sentence" (3.1): every sentence start is a window start, and a window is "multiple
-consecutive sentences" cut into a context and "the subsequent consecutive sentences". Here a
-pretrain example is a passage, consecutive sentences that data.make_passages packed to the length
-budget, so each draw takes one window of it: the window's first sentence is drawn uniformly with the
-rng among the passage's sentence starts, and the window runs over that sentence and the following
-ones while they fit in max_len - 3 tokens (a first sentence longer than that is cut to it). Start 0
-gives the whole passage, a later start a shorter window: the paper's windows run on through the
-document, ours stop at the passage's end, where the next passage begins. That is the price of
-windows inside packed passages: on the tests' corpus (96-token passages of 3.3 sentences on average)
-a window holds 70% of its passage's tokens on average. In return a passage of k sentences gives k
-pairs over the epochs instead of one.
-Only starts whose window has two tokens or more are drawn: every window has a context and a
-continuation.
-
-Each window is cut as 2.2 says: its first `context_frac` = 80% of tokens are the context, the rest
-(20%) the continuation. The cut moves to the sentence boundary nearest to it when one is "near":
-within `boundary_slack` x the window's length (10%, so 8 of 80 tokens); otherwise it falls inside a
-sentence (a one-sentence window is cut inside its sentence). A passage without a window of two
-tokens (an empty or one-token passage) is skipped and counted; one longer than max_len - 3 gives a
-warning (its windows are cut to fit).
+ONE backbone plays the paper's encoder and decoder: the seq2seq mask makes the context block
+bidirectional (the encoder) and each continuation token see the context and its left (the decoder),
+so the two share their weights, which the paper's do not.
 
     [SOS] ctx [EOS] | [SOS] y1 .. yn       positions 0..S-1 | S, S+1, ..., segments 0 | 1
     labels  (MLM at masked ctx)  |  y1 .. yn [EOS]    the label at [SOS] is y1, at yn it is [EOS]
 
-That is generate.py's loop with query_token None exactly: the token at position S+t is y_t-1
-(y_-1 = [SOS]) and its own state predicts y_t. In a batch every context block is padded to the
-longest one before the continuations start, so the continuation rows of every example are
-h[:, S_max:]; positions and visibility do not change.
-
-Stage 1 (2.1): the encoder alone, BERT's MLM on the context: 15% (`mask_prob`) of the context
-tokens, 80/10/10. The continuation is left out of stage-1 batches: it carries no loss and the
-context may not see it, so it would be compute for nothing. Stage 2: the continuation by teacher
-forcing, loss -log P(y_t) of the pointer-generator mixture (2.3, model.PointerGenerator), plus
-`mlm_weight` x MLM (0 in the paper: then the MLM loss is still reported, computed without gradient).
-The context stays masked in stage 2 (Figure 1d); the copy source is the context the model sees, and
-[MASK] and the other special tokens are never copy targets.
-train.py calls `set_step(step, total_steps)` before each batch: stage 1 for
-steps < stage1_frac x total_steps.
-`copy=False` drops the copy head from the loss (the paper's Table 6 ablation; the model's head then
-sits unused: add --copy_head false to leave it out of the model). `model_defaults` tells train.py
-the model needs copy_head.
-`copy_chunk` k > 0 computes the copy attention k continuation steps at a time, checkpointed: less
-memory, a little slower (numbers in model.PointerGenerator's docstring).
-
-Fine-tuning: source as context (never masked), target as continuation, copy on; an empty target is
-skipped and counted (there is no continuation to learn). Decoding: `decode_logprobs` mixes in the
-copy distribution.
-
+That is generate.py's loop with query_token None: row S+t holds y_t-1 and predicts y_t. A batch pads
+every context to the longest (align_source), so the continuation rows are h[:, S:].
+Pre-training draws a window of the passage with the stride of one sentence (3.1) and cuts it 80% /
+20% (2.2), moved to a near sentence boundary. Stage 1 (steps < stage1_frac x total, `set_step`):
+BERT's MLM on the context alone. Stage 2: -log P(y_t) of the pointer-generator mixture (2.3,
+model.PointerGenerator) + mlm_weight x MLM. Fine-tuning: source = context, target = continuation.
 Left out: RoBERTa initialisation, the separate decoder, the extended vocabulary (no OOV words in
 WordPiece).
-Metrics: loss, loss_mlm, acc_mlm, loss_ar, acc_ar (argmax of the mixture),
-lambda_mean (share generated), stage.
 """
 import itertools
 
@@ -77,13 +26,9 @@ from objectives.masks import CTX, ORIG
 
 
 def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
-    """A passage (list of sentences of ids) -> (context ids, continuation ids), cut near
-    context_frac (2.2).
-
-    The cut is round(context_frac x n), kept inside [1, n - 1]; the nearest inner sentence boundary
-    replaces it if it lies within boundary_slack x n tokens (ties go to the earlier boundary). With
-    n < 2 a part comes back empty.
-    """
+    """A passage (list of sentences of ids) -> (context ids, continuation ids), cut at
+    round(context_frac x n) in [1, n - 1] (2.2), or at the nearest inner sentence boundary within
+    boundary_slack x n tokens (ties: the earlier). With n < 2 a part comes back empty."""
     tokens = [t for s in passage for t in s]
     n = len(tokens)
     cut = min(max(round(context_frac * n), 1), n - 1)
@@ -96,11 +41,8 @@ def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
 
 
 def sentence_windows(passage, budget):
-    """The windows of a passage with the stride of one sentence (3.1), those of two tokens or more.
-
-    Window k is sentence k and the sentences after it while they fit in budget tokens; a sentence k
-    longer than the budget is cut to it. -> [window (a list of sentences)], in the order of their
-    first sentence.
+    """The windows of two tokens or more of a passage, with the stride of one sentence (3.1):
+    window k is sentence k (cut to the budget) and the sentences after it that fit in budget tokens.
     """
     passage = [s for s in passage if s]
     windows = []
@@ -124,12 +66,9 @@ class PalmObjective(Objective):
     query_token = None            # next-token prediction: y_t-1's own state predicts y_t
     min_passage = 2               # a context and a continuation
     segments = (0, 1)             # context (encoder) / continuation (decoder)
-    # a metric key that is no measurement: the stage of the batch (2.1)
-    tags = ("stage",)
-    # train.py builds the model with these (the pointer-generator)
-    model_defaults = dict(copy_head=True)
-    # every context padded to one width S: the continuation rows are h[:, S:]
-    align_source = True
+    tags = ("stage",)             # the stage of the batch (2.1), no measurement
+    model_defaults = dict(copy_head=True)       # the pointer-generator (2.3)
+    align_source = True           # every context padded to one width S: continuation rows h[:, S:]
 
     context_frac = option(0.8, "share of a passage's tokens in the context; "
                                "the rest is the continuation (3.1)")
@@ -165,12 +104,10 @@ class PalmObjective(Objective):
         self.stage = 2 if self.task == "seq2seq" else None
 
     def set_step(self, step, total_steps):
-        """Call before building the batch of training step `step` (0-based) of `total_steps`
-        (2.1's two stages)."""
+        # 2.1's two stages
         self.stage = 1 if self.task == "pretrain" and step < self.stage1_frac * total_steps else 2
 
     # --- examples ---------------------------------------------------------------------------------
-
     def _mask_context(self, ctx, rng):
         """BERT masking of mask_prob of the context tokens (80/10/10) -> (input ids, labels)."""
         n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
@@ -182,8 +119,7 @@ class PalmObjective(Objective):
         return inputs, labels
 
     def pretrain_example(self, passage, rng):
-        """A passage -> Example of one window: masked context (and in stage 2 the continuation), or
-        None (skipped)."""
+        """A passage -> Example of one window (the continuation in stage 2 only), or None."""
         budget = self.max_len - 3                  # [SOS] ctx [EOS] [SOS] y: positions 0 .. n + 2
         if sum(len(s) for s in passage) > budget:
             warn_once(f"palm: a passage is longer than max_len - 3 = {budget} tokens; "
@@ -209,12 +145,8 @@ class PalmObjective(Objective):
         return self._example(src, [-100] * len(src), tgt)
 
     def _example(self, ctx, ctx_labels, cont):
-        """[SOS] ctx [EOS] (context, bidirectional), then [SOS] y (the continuation, causal) unless
-        cont is None.
-
-        The continuation's row t holds y_t-1 ([SOS] first) and predicts y_t ([EOS] last): next-token
-        prediction.
-        """
+        """[SOS] ctx [EOS] (context, bidirectional), then unless cont is None [SOS] y (causal):
+        row t holds y_t-1 ([SOS] first) and predicts y_t ([EOS] last)."""
         sos, eos = self.tok.sos_id, self.tok.eos_id
         S = len(ctx) + 2
         ex = Example(input_ids=[sos] + ctx + [eos], position_ids=list(range(S)),
@@ -240,8 +172,6 @@ class PalmObjective(Objective):
         return super().make_batch(examples, rng)
 
     def collate(self, rows):
-        """The seq2seq layout with a gap: every [SOS] ctx [EOS] padded to S, then the
-        continuations."""
         return super().collate(rows, stage=self.stage)
 
     def copy_mask(self, batch):
@@ -250,8 +180,7 @@ class PalmObjective(Objective):
         return self.copyable(batch.input_ids[:, :S], batch.kind[:, :S] == CTX)
 
     def copyable(self, ids, real):
-        """Copy support (B, S): real context tokens that are not special ([SOS], [EOS], [MASK],
-        [UNK], ...)."""
+        """Copy support (B, S): real context tokens that are not special ([MASK], [UNK], ...)."""
         # one comparison per special id, not torch.isin against a tensor made here: that host-to-
         # device copy waits for the GPU at every decoding step, and a CUDA graph cannot hold it
         special = torch.zeros_like(real)
@@ -260,7 +189,6 @@ class PalmObjective(Objective):
         return real & ~special
 
     # --- loss -------------------------------------------------------------------------------------
-
     def compute_loss(self, model, batch):
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         S = batch.extras["source_width"]
@@ -286,8 +214,7 @@ class PalmObjective(Objective):
         return total, metrics
 
     def _ar_loss(self, model, h, batch, S):
-        """-log P(y_t | y_<t, x) at the continuation rows, P the pointer-generator mixture (Eq. 7)
-        or P^v alone."""
+        """-log P(y_t | y_<t, x) at the continuation rows: the mixture (Eq. 7), or P^v alone."""
         s = h[:, S:]                                                        # (B, T, d)
         labels = batch.labels[:, S:]                                        # (B, T)
         if not self.copy:
@@ -299,7 +226,6 @@ class PalmObjective(Objective):
         weight = (labels != -100).float()                                   # (B, T)
         n = weight.sum().clamp_min(1)
         y = labels.clamp_min(0)                                             # padding: any real id
-        # (B, T, S), (B, T)
         alpha, gate = head.attend(s, h[:, :S], self.copy_mask(batch), self.copy_chunk or None)
         src = batch.input_ids[:, None, :S].expand(-1, s.size(1), -1)       # (B, T, S)
         logits = model.lm_logits(s)                                         # (B, T, V)
@@ -329,8 +255,8 @@ class PalmObjective(Objective):
         return model.copy_head
 
     def pointer_outputs(self, model, batch):
-        """For notebooks: (log P (B, T, V), lambda (B, T), alpha (B, T, S)) at the continuation
-        rows of a batch."""
+        """For notebooks: log P (B, T, V), lambda (B, T), alpha (B, T, S) at the continuation
+        rows."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         S = batch.extras["source_width"]
         s = h[:, S:]
@@ -338,14 +264,10 @@ class PalmObjective(Objective):
         return head(model.lm_logits(s), s, h[:, :S], batch.input_ids[:, :S], self.copy_mask(batch))
 
     def decode_logprobs(self, model, h, source):
-        """log P (N, V) of the next token from states h (N, d): the mixture over
-        source = dict(hidden, ids, mask)."""
+        """log P (N, V) of the next token from states h (N, d): the mixture over the source."""
         if not self.copy:
             return super().decode_logprobs(model, h, source)
         s = h[:, None]                                      # (N, 1, d): one step
         mask = self.copyable(source["ids"], source["mask"].bool())
         logp, _, _ = self._head(model)(model.lm_logits(s), s, source["hidden"], source["ids"], mask)
         return logp[:, 0]
-
-
-OBJECTIVE = PalmObjective

@@ -1,82 +1,24 @@
-r"""UniLMv2's pseudo-masked LM (Bao et al. 2020): autoencoding + partially autoregressive MLM in ONE
-forward pass.
-
-    # pre-training (sections 2.2, 3.1-3.3, 4.1)
-    obj = get_objective("pmlm", tok)
-    # fine-tuning (3.4); decoding queries with [P]
-    obj = get_objective("pmlm", tok, task="seq2seq")
-    # (train.py turns `options` into flags)
-    torchrun train.py --objective pmlm
-
-The paper's example (Table 1, Figures 4-5): x1..x6, x2 x4 x5 masked, factorization order
-{4,5} -> {2}:
+r"""UniLMv2's pseudo-masked LM (Bao et al. 2020): autoencoding + partially autoregressive MLM in
+ONE forward pass. docs/objectives.md ("UniLMv2") tells the steps, the decisions and why no
+prediction sees its answer.
 
     input     x1 [M] x3 [M] [M] x6 | x4 x5 [P] [P] | x2 [P]  context part | block 1 | block 2
     position   1  2   3  4   5   6 |  4  5  4   5  |  2  2   appended tokens REUSE the positions
     predicts      x2     x4  x5    |        x4  x5 |     x2  [M]: L_AE (Eq. 3)   [P]: L_PAR (Eq. 6)
 
-1. Input (2.2): "[SOS] S1 [EOS] S2 [EOS]", S1 | S2 cut from the passage at a uniformly random
-   sentence boundary (inside the sentence at a random token if the passage is one sentence;
-   "[SOS] S1 [EOS]" if it is one token). There is no NSP in UniLMv2, so S2 is always the true
-   continuation. Segment ids S1 = 0, S2 = 1.
+1. Input (2.2): [SOS] S1 [EOS] S2 [EOS], S1 | S2 cut at a random sentence boundary (no NSP).
 2. Blockwise masking (Algorithm 1): blocks of 1 token (60%) or 2..6 tokens (40%) at uniform starts,
-   kept only if none of their tokens is masked yet, until >= 15% of the text tokens are masked. A
-   block must lie inside S1 or inside S2: special tokens are never masked. The blocks in sampled
-   order are the factorization order M_1..M_|M|.
-3. Corruption (4.1): each masked slot of the context becomes [M] 80%, a random token 10%, or stays
-   itself 10%.
-4. Pseudo masking (3.2, Figure 4): for every block in factorization order its ORIGINAL tokens, then
-   one [P] per token are appended, each with the position id and segment id of the token it stands
-   for. (Any order of the appended tokens computes the same thing: the mask depends only on kinds
-   and blocks, positions are explicit.)
-5. Mask (3.2, Figure 5; masks.pseudo_masked): the context part (text, [M], specials) sees only
-   itself; the originals of block i see the context + originals of blocks <= i; the [P]s of block i
-   see the context + originals of blocks < i + the [P]s of block i. A [P] never sees its own token
-   (no explicit leakage) and no context token sees an appended token (no implicit leakage through
-   the context).
-6. Loss (Eq. 7): L = L_AE + L_PAR, each a mean over its predicted tokens, from ONE forward pass.
-
-The 10% kept slots (our decision). A slot that keeps its original token sits in the context part,
-which every [P] sees: it would show a [P] its own answer, and show the [P]s of EARLIER blocks a
-future token (implicit leakage). So a kept position leaves the PAR factorization: it gets no
-original and no [P] appended and is plain context for PAR, while L_AE still predicts it exactly as
-BERT does. PAR then factorizes p(x_M' | x_\M') over M' = the masked positions whose slot is [M] or
-an independent uniformly random token (Eq. 5 with M' for M; a block may lose tokens, an emptied
-block is dropped). Proof of no leakage: a [P] of block i sees context slots and the originals of
-blocks < i; a context slot at a position of M'_{>=i} holds [M] or a token drawn independently of the
-text, so nothing it sees depends on x_{M'_{>=i}}. (Setting mask_token_prob=0.9,
-random_token_prob=0.1 instead never keeps a token, the other leak-free choice.) The decision to keep
-is the random draw, not a token comparison: a random draw that happens to equal the original stays
-in PAR, carrying no information.
-
-Relative position bias (4.1): a model setting, T5 bidirectional buckets computed once per forward
-from the POSITION ids, so a [P] gets the same bias row as the token it stands for. `model_defaults`
-asks train.py to turn it on for pmlm (rel_pos_buckets=32, rel_pos_max_distance=128;
---rel_pos_buckets 0 turns it off, "- rel pos").
-
-Seq2seq fine-tuning (3.4; official s2s-ft "pseudo-masking", mask_way v2):
-    [SOS] src [EOS] | y_1 .. y_T [EOS] | [P] x (T+1)    positions 0..S-1 | S..S+T | S..S+T again
-    segments 0 (source) | 1 (target) | 1 (pseudo)      target y_j = block j,
-                                                       [P]_j = the pseudo of block j
-y_j sees the source + y_<=j; [P]_j sees the source + y_<j + itself; the loss is on the [P]s only
-(the target [EOS] included). This is generate.py's loop: [P] at position S+t predicts y_t, committed
-y_t sees source + y_<=t.
-Target noise (official target_mask_prob=0.5): each VISIBLE target token is, with probability
-target_noise_prob, replaced by the 80/10/10 draw ([M] / random / itself), as the official code does;
-labels stay clean. Where we differ: the official code also puts its draw into the pseudo slot (10%
-of the queries then hold their own answer, 10% a random token); our query is always [P], as in
-pre-training and decoding. Label smoothing (0.1 in the paper) is the base class's option (ours
-spreads eps over all V classes; the official eps/(V-2)).
-
-Too long / too short (counted, never a crash): passages are truncated BEFORE masking so that the
-original length fits max_len (appended tokens reuse positions) and, if max_seq_len > 0, the
-worst-case total length with the appended tokens fits max_seq_len; an empty passage is skipped and
-counted (a one-token passage is fine: its token is masked). Seq2seq: the source is cut from the
-right to fit (S + T <= max_len, and S + 2T <= max_seq_len if set), the target only if it alone does
-not fit.
-
-Left out: the pre-training code was never released, so the S1/S2 cut, the budget rules and the
-kept-slot rule above are ours; whole-word masking; the NLU fine-tuning heads.
+   kept if none of their tokens is masked yet, until >= 15% of the text is masked; a block lies
+   inside S1 or S2. The blocks in sampled order are the factorization order M_1..M_|M|.
+3. Corruption (4.1): a masked slot becomes [M] 80%, a random token 10%, stays itself 10%.
+4. Pseudo masking (3.2, Figure 4): each block's originals, then one [P] per token, appended.
+5. Mask (3.2, Figure 5; masks.pseudo_masked).
+6. Loss (Eq. 7): L = L_AE + L_PAR, each a mean over its predictions, from ONE forward pass.
+A slot that keeps its token (the 10%) leaves the PAR factorization: it would show the [P]s their
+answer. `model_defaults` turns on the relative position bias (4.1). Fine-tuning (3.4, s2s-ft):
+[SOS] src [EOS] | y_1 .. y_T [EOS] | one [P] per target token at its position, loss on the [P]s.
+Left out: whole-word masking, the NLU heads. The pre-training code was never released: the S1/S2
+cut, the length budgets and the kept-slot rule are ours.
 """
 import math
 
@@ -86,10 +28,8 @@ from objectives.masks import CTX, ORIG, PSEUDO
 
 
 # --- 2.2: "[SOS] S1 [EOS] S2 [EOS]" (the passage is cut by objectives.cut_segments, as UniLM's) ---
-
 def pack_segments(s1, s2, sos, eos):
-    """-> tokens, segment ids, and the maskable runs [start, end) of S1 and S2 (specials never
-    masked)."""
+    """-> tokens, segment ids, the maskable runs [start, end) of S1 and S2 (never a special)."""
     tokens = [sos] + s1 + [eos] + (s2 + [eos] if s2 else [])
     segments = [0] * (len(s1) + 2) + ([1] * (len(s2) + 1) if s2 else [])
     runs = [(1, 1 + len(s1))] + ([(len(s1) + 2, len(s1) + 2 + len(s2))] if s2 else [])
@@ -97,25 +37,18 @@ def pack_segments(s1, s2, sos, eos):
 
 
 # --- Algorithm 1: blockwise masking ---------------------------------------------------------------
-
 def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
     """Masked positions as blocks in factorization order M_1..M_|M| (Algorithm 1), or None if it
-    fails.
-
-    runs: the maskable stretches [start, end) of the sequence; a block must lie inside one of them.
-    """
+    fails. runs: the maskable stretches [start, end); a block lies inside one of them."""
     positions = [p for s, e in runs for p in range(s, e)]
     if not positions:
         return None
     run_end = {p: e for s, e in runs for p in range(s, e)}
-    # "until sum |M_j| >= 0.15 |x|"; ceil in integers:
-    # 0.15 * 100 is 15.000000000000002 in floating point
+    # "until sum |M_j| >= 0.15 |x|", in integers (0.15 * 100 is 15.000000000000002 in floats)
     goal = math.ceil(mask_prob * len(positions) - 1e-9)
     blocks = []
     masked = set()
-    # guard: with the defaults a try takes a single unmasked token with probability > 0.5, so
-    # reaching the goal needs far fewer tries than this; it only stops a bad option value from
-    # looping forever
+    # a guard against a bad option value looping forever (the defaults need far fewer tries)
     for _ in range(100 * len(positions) + 100):                 # repeat
         p = rng.choice(positions)                               #   p <- rand_int(1, |x|)
         #   l <- rand_int(2, 6) if rand() < 0.4
@@ -130,15 +63,11 @@ def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
 
 
 # --- 3.2, Figure 4: the pseudo-masked input -------------------------------------------------------
-
 def pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, pseudo_id):
-    """Append, for each block of par_blocks in factorization order, its originals and its [P]s
-    (Figure 4).
+    """Append, for each block of par_blocks (lists of positions, L_PAR's factorization order), its
+    originals and its [P]s at the position and segment of their token (Figure 4) -> Example.
 
-    tokens: the original sequence; context: the same after corruption ([M] slots); ae_positions: the
-    slots L_AE predicts; par_blocks: lists of positions, the factorization order of L_PAR. Appended
-    tokens take the position and segment of the token they stand for. -> Example, with kind / block
-    (CTX, ORIG, PSEUDO; factorization step 1..|M|) for masks.pseudo_masked.
+    context: tokens after corruption ([M] slots); ae_positions: the slots L_AE predicts.
     """
     n = len(tokens)
     out = Example(input_ids=list(context), position_ids=list(range(n)), segment_ids=list(segments),
@@ -162,8 +91,8 @@ class PMLMObjective(Objective):
     name = "pmlm"
     query_token = "[P]"
     segments = (0, 1)             # seq2seq: source 0, target and pseudo 1 (official s2s-ft)
-    # 4.1: T5 relative position bias
-    model_defaults = dict(rel_pos_buckets=32, rel_pos_max_distance=128)
+    model_defaults = dict(rel_pos_buckets=32, rel_pos_max_distance=128)    # 4.1: T5's relative bias
+    pretrain_reads_context_only = True      # the appended originals copy masked slots
 
     mask_prob = option(0.15, "stop blockwise masking once this share of the text is masked "
                              "(Algorithm 1: 15%)")
@@ -197,7 +126,6 @@ class PMLMObjective(Objective):
         self.text_budget = self._text_budget()
 
     # --- lengths: positions are reused, so only the ORIGINAL length must fit max_len --------------
-
     def _text_budget(self):
         """Most text tokens a passage may keep: 3 specials + n <= max_len, and, with max_seq_len,
         the worst case n + 3 + 2 * (ceil(mask_prob * n) + max_block - 1) appended tokens
@@ -248,7 +176,6 @@ class PMLMObjective(Objective):
         return src, tgt
 
     # --- one example ------------------------------------------------------------------------------
-
     def _corrupt(self, tokens, blocks, rng):
         """4.1: 80% [M] / 10% random / 10% kept -> (context, positions that kept their token)."""
         context = list(tokens)
@@ -281,10 +208,9 @@ class PMLMObjective(Objective):
         """Corrupt the masked slots (4.1) and append the blocks (Figure 4): blocks in factorization
         order."""
         context, kept = self._corrupt(tokens, blocks, rng)
-        # a kept slot shows its own token to every [P]: it becomes PAR context
-        # (docstring, "The 10% kept slots")
+        # a kept slot shows its own token to every [P]: it becomes PAR context (docs/objectives.md)
         par_blocks = [b for b in ([p for p in blk if p not in kept] for blk in blocks) if b]
-        # the ablation without PAR (4.6, Table 6) appends nothing: the input is BERT's, the loss L_AE
+        # the ablation without PAR (4.6, Table 6) appends nothing: BERT's input, the loss L_AE
         par_blocks = par_blocks if self.par else []
         ae_positions = [p for blk in blocks for p in blk]
         return pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks,
@@ -311,14 +237,6 @@ class PMLMObjective(Objective):
         )
 
     # --- Eq. 7 ------------------------------------------------------------------------------------
-
-    def corpus_tokens(self, batch):
-        """Pre-training reads the context part only: the appended originals are copies of its masked
-        tokens."""
-        if self.task == "pretrain":
-            return int((batch.kind == CTX).sum())
-        return super().corpus_tokens(batch)
-
     def compute_loss(self, model, batch):
         """L = L_AE (at the masked context slots) + L_PAR (at the [P]s), from ONE forward pass
         (Eq. 7)."""
@@ -326,7 +244,8 @@ class PMLMObjective(Objective):
         if self.task == "pretrain" and not self.par:
             loss_ae, acc_ae = lm_loss(model, h, batch.labels, self.label_smoothing,
                                       batch.labelled(CTX))
-            return loss_ae, {"loss": loss_ae.detach(), "loss_ae": loss_ae.detach(), "acc_ae": acc_ae}
+            return loss_ae, {"loss": loss_ae.detach(), "loss_ae": loss_ae.detach(),
+                             "acc_ae": acc_ae}
         par = batch.kind == PSEUDO
         # L_PAR (Eq. 6): at the [P]s
         par_labels = batch.labels.masked_fill(~par, -100)
@@ -337,10 +256,8 @@ class PMLMObjective(Objective):
                               "acc_par": acc_par}
         # L_AE (Eq. 3): at the masked context slots
         ae_labels = batch.labels.masked_fill(par, -100)
-        loss_ae, acc_ae = lm_loss(model, h, ae_labels, self.label_smoothing, batch.labelled(CTX, ORIG))
+        loss_ae, acc_ae = lm_loss(model, h, ae_labels, self.label_smoothing,
+                                  batch.labelled(CTX, ORIG))
         loss = loss_ae + loss_par                                                       # Eq. 7
         return loss, {"loss": loss.detach(), "loss_ae": loss_ae.detach(),
                       "loss_par": loss_par.detach(), "acc_ae": acc_ae, "acc_par": acc_par}
-
-
-OBJECTIVE = PMLMObjective

@@ -1,56 +1,24 @@
 """UniLM (Dong et al. 2019, section 2): four language models in one Transformer, told apart only by
-the mask.
+the mask. docs/objectives.md ("UniLM") gives the rates, the cuts and where we differ from the
+official code.
 
-    # pre-training: a passage -> one of the four LMs
-    obj = get_objective("unilm", tok)
-    # fine-tuning (2.5): mask target tokens, predict them
-    obj = get_objective("unilm", tok, task="seq2seq")
-    # (train.py turns the options below into flags)
-    python train.py --objective unilm
-
-Pre-training (2.3, 2.4). Each BATCH draws one LM: bidirectional 1/3, seq2seq 1/3, left-to-right 1/6,
-right-to-left 1/6 (weights 2:2:1:1, options `weight_*`; `lm_type` forces one). Inputs (2.1):
-    bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1/S2 cut from the passage at a random
-                                                       sentence boundary
-    left/right-to-left       [SOS] x [EOS]             x = the whole passage, ONE text segment as
-                                                       the paper says (the official loader packs two
-                                                       segments here: we follow the paper, and
-                                                       docs/how-it-fits-together.md)
-Segment ids double as LM identifiers (2.1; official ids): bidirectional S1 0 / S2 1,
-left-to-right 2, right-to-left 3, seq2seq source 4 / target 5. Cloze (2.4): 15% of the non-special
-tokens are predicted, n_pred = max(1, round(0.15 * n)) exactly as the official loader counts them;
-a span starts at a random position, 80% single tokens / 20% a bigram or trigram; a chosen token
-becomes [MASK] 80%, a random token 10%, itself 10%. [SOS] and [EOS] are never masked (spans stop
-there). NSP (2.3) for the bidirectional LM only: with probability 1/2, S2 is replaced by a random
-sentence suffix of ANOTHER passage of the same batch, cut to the replaced S2's length (a batch of
-one usable passage has no other: all its pairs are positive).
-Loss = masked-token cross-entropy + NSP (logged apart as loss_mlm, loss_nsp).
-
-Cutting a passage (a list of sentences): several sentences -> split between sentences
-k | k+1, k uniform; one sentence -> split inside it at a uniform token boundary (keeps short
-documents in play); an empty or one-token passage cannot give two non-empty segments and is skipped
-and counted (in every LM, for one rule).
-Too long for max_len: truncated with a warning, S1 loses its first tokens and S2 its last (the text
-around the split point stays, so a positive pair stays a true continuation); the one-text LMs keep
-the start.
-
-Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS] with segments 4/5;
-n_pred = max(1, round(len(tgt) * 0.7)) positions (official formula; len(tgt) counts no [EOS]) are
-drawn among the target tokens INCLUDING the final [EOS] (so the model learns to stop), 80/10/10 on
-them, single tokens (the official fine-tuning runs use no n-gram masking). The source is never
-masked. Label smoothing (0.1 in the paper) is the base class's option.
-
-The official loader caps predictions per sequence at --max_pred; here `max_pred` = 0 (the default)
-means no cap, so the rates are the paper's. Left out: whole-word masking, the NLU fine-tuning heads,
-the official label smoothing's eps/(V-2) (ours, torch's: eps/V). All randomness comes from the rng
-given to make_batch.
+Pre-training (2.3, 2.4): each BATCH draws one LM, bidirectional 1/3, seq2seq 1/3, left-to-right 1/6,
+right-to-left 1/6 (options `weight_*`; `lm_type` forces one), on
+    bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1 | S2 cut at a random sentence boundary
+    left/right-to-left       [SOS] x [EOS]             the passage as ONE text segment (2.1)
+with segment ids as LM identifiers (2.1; official ids 0/1, 2, 3, 4/5). Cloze (2.4): 15% of the
+non-special tokens, in spans (80% one token, 20% a bigram or trigram), 80/10/10. NSP (2.3) for the
+bidirectional LM: S2 replaced, with probability 1/2, by a sentence suffix of another passage of the
+batch. Loss = masked-token cross-entropy + NSP.
+Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS], segments 4/5; round(0.7 x len(tgt)) positions among
+the target tokens and the final [EOS] are masked (80/10/10) and predicted; the source never.
+Left out: whole-word masking, the NLU fine-tuning heads, the official label smoothing's eps/(V-2).
 """
 import torch.nn.functional as F
 
 from objectives import Example, Objective, corrupt, cut_segments, lm_loss, option, warn_once
 from objectives.masks import unilm_kinds
 
-# extras["lm_type"] = index
 LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")
 # official segment ids as LM identifiers (type_vocab_size 6): (first segment, second segment)
 SEGMENT_IDS = {
@@ -62,14 +30,11 @@ SEGMENT_IDS = {
 
 
 def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
-    """Cloze positions: n_pred of the candidate positions, in spans (2.4).
-    -> (sorted positions, spans).
+    """Cloze positions (2.4): n_pred of the candidates, in spans -> (sorted positions, spans).
 
-    Walk the candidates in random order; from each not yet chosen start, take a bigram or trigram
-    with probability span_prob (length uniform in 2..max_span, as the official skipgram_size), else
-    one token. A span stops at a non-candidate (a special token, the end), at a chosen position, or
-    when n_pred are chosen, so spans stay contiguous and never exceed the budget (the official code
-    overshoots, then drops at random).
+    From each not yet chosen start, in random order, a span of 2..max_span tokens with probability
+    span_prob, else one token; a span stops at a non-candidate, a chosen position or the budget
+    (the official code overshoots, then drops at random).
     """
     allowed = set(candidates)
     order = list(candidates)
@@ -94,13 +59,11 @@ def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
 
 class UniLMObjective(Objective):
     name = "unilm"
-    # decoding puts [MASK] at the next target position (2.5; official decoder)
-    query_token = "[MASK]"
+    query_token = "[MASK]"        # decoding's query at the next target position (2.5)
     min_passage = 2               # two non-empty segments S1 and S2
     segments = SEGMENT_IDS["seq2seq"]
     n_segments = 6                # the six segment ids above: the model needs n_segment >= 6
-    # a metric key that is no measurement: the LM drawn for the batch (LM_TYPES)
-    tags = ("lm_type",)
+    tags = ("lm_type",)           # the LM drawn for the batch (LM_TYPES), no measurement
 
     mask_prob = option(0.15, "share of the text tokens predicted by the cloze task (2.4: 15%)")
     span_prob = option(0.2, "probability that a cloze pick is a bigram or trigram instead of one "
@@ -135,7 +98,6 @@ class UniLMObjective(Objective):
                              "cannot hold [SOS] a [EOS] b [EOS]")
 
     # --- the cloze task ---------------------------------------------------------------------------
-
     def _n_pred(self, n, p):
         # official: min(max_pred, max(1, round(n * p)))
         n_pred = max(1, round(n * p))
@@ -152,8 +114,7 @@ class UniLMObjective(Objective):
         return inputs, labels
 
     def _example(self, tokens, n_src, lm, labels_from, rng, span_prob, nsp_label=None):
-        """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and steps, and the
-        cloze."""
+        """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and steps, the cloze."""
         first, second = SEGMENT_IDS[lm]
         segments = [first] * n_src + [second] * (len(tokens) - n_src)
         candidates, n_pred = labels_from
@@ -163,7 +124,6 @@ class UniLMObjective(Objective):
         return Example(inputs, list(range(len(tokens))), segments, labels, kind, step, extras)
 
     # --- pre-training: one passage -> one LM's example --------------------------------------------
-
     def _pair(self, s1, s2):
         """Fit [SOS] S1 [EOS] S2 [EOS] into max_len: the longer segment gives way (BERT's
         truncate_seq_pair)."""
@@ -178,8 +138,7 @@ class UniLMObjective(Objective):
         return [sos] + s1 + [eos] + s2 + [eos], len(s1) + 2
 
     def _usable(self, passage):
-        """The passage without empty sentences, or None (skipped and counted) if it has fewer than 2
-        tokens."""
+        """The passage without empty sentences, or None (counted) if it has fewer than 2 tokens."""
         passage = [s for s in passage if s]
         n = sum(len(s) for s in passage)
         if n < 2:
@@ -202,12 +161,10 @@ class UniLMObjective(Objective):
             s1, s2 = cut_segments(passage, rng)
             nsp_label = None
             if lm == "bidirectional" and self.nsp:
-                # NSP (2.3, after BERT): 0 = S2 follows S1,
-                # 1 = S2 is a sentence suffix of another passage
+                # NSP (2.3, after BERT): 0 = S2 follows S1, 1 = a suffix of another passage
                 nsp_label = 0
                 if other is not None and rng.random() < self.nsp_negative_prob:
-                    # no longer than the S2 it replaces: the pair's length gives no NSP hint,
-                    # and still fits
+                    # no longer than the S2 it replaces: the length gives no hint, and fits
                     suffix = [t for s in other[rng.randrange(len(other)):] for t in s]
                     nsp_label = 1
                     s2 = suffix[:len(s2)]
@@ -219,8 +176,7 @@ class UniLMObjective(Objective):
                              nsp_label)
 
     def make_batch(self, examples, rng, lm_type=None):
-        """examples -> Batch. lm_type (argument or option) forces one LM; otherwise one is drawn per
-        batch (2.4)."""
+        """examples -> Batch of one LM: lm_type (argument or option), or drawn per batch (2.4)."""
         if self.task == "seq2seq":
             return super().make_batch(examples, rng)
         lm = lm_type or self.lm_type
@@ -238,10 +194,8 @@ class UniLMObjective(Objective):
         return self.collate(rows, lm_type=LM_TYPES.index(lm))
 
     # --- fine-tuning (2.5) ------------------------------------------------------------------------
-
     def seq2seq_example(self, src, tgt, rng):
-        """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target tokens masked with
-        target_mask_prob."""
+        """(src, tgt) -> [SOS] src [EOS] tgt [EOS], segments 4/5, target_mask_prob of it masked."""
         src, tgt = self.fit_pair(src, tgt)
         sos, eos = self.tok.sos_id, self.tok.eos_id
         tokens = [sos] + src + [eos] + tgt + [eos]
@@ -255,15 +209,13 @@ class UniLMObjective(Objective):
         return super().collate(rows, lm_type=lm_type)
 
     # --- the loss ---------------------------------------------------------------------------------
-
     def loss(self, model, batch):
         loss, metrics = super().loss(model, batch)
         metrics["lm_type"] = float(batch.extras["lm_type"])
         return loss, metrics
 
     def compute_loss(self, model, batch):
-        """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward
-        pass."""
+        """Masked-token cross-entropy (2.3) + NSP for bidirectional batches, from ONE forward."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
         loss_mlm, acc = lm_loss(model, h, batch.labels, self.label_smoothing, batch.labelled())
         loss = loss_mlm
@@ -277,6 +229,3 @@ class UniLMObjective(Objective):
             metrics["acc_nsp"] = nsp_correct.float().mean()
         metrics["loss"] = loss.detach()
         return loss, metrics
-
-
-OBJECTIVE = UniLMObjective

@@ -345,28 +345,20 @@ def test_batches_deterministic_and_shuffled_per_epoch():
     assert list(data.batches(ex, 5, seed=0, epoch=0, start=7)) == a[7:]
 
 
-def test_infinite_batches_resume_exactly():
-    ex = list(range(23))
-    stream = data.infinite_batches(ex, 4, seed=3, rank=1, world_size=2)
-    history = list(itertools.islice(stream, 9))  # 2 batches per epoch per rank: crosses 4 epochs
-    assert [s for _, s in history[:3]] == [{"epoch": 0, "index": 1}, {"epoch": 1, "index": 0},
-                                           {"epoch": 1, "index": 1}]
-    for k in range(len(history) - 1):
-        resumed = data.infinite_batches(ex, 4, seed=3, rank=1, world_size=2, state=history[k][1])
-        assert list(itertools.islice(resumed, len(history) - k - 1)) == history[k + 1:]
+def test_batches_refuse_a_rank_outside_the_world():
     with pytest.raises(ValueError, match="rank must be"):
-        next(data.batches(ex, 4, seed=0, epoch=0, rank=2, world_size=2))
-    with pytest.raises(data.DataError, match="too few"):
-        next(data.infinite_batches(ex[:3], 4, seed=0))
+        next(data.batches(list(range(23)), 4, seed=0, epoch=0, rank=2, world_size=2))
 
 
 def test_batch_at_is_random_access_into_the_endless_stream():
-    """data.batch_at(g) is the g-th batch infinite_batches yields, on every rank, across epochs."""
+    """data.batch_at(g) is the g-th batch of the epochs of data.batches laid end to end, on every
+    rank (StepBatches resumes exactly through it)."""
     examples = list(range(103))
     for rank, world in ((0, 1), (1, 2), (2, 3)):
-        stream = data.infinite_batches(examples, 8, seed=3, rank=rank, world_size=world)
+        stream = (batch for epoch in itertools.count()
+                  for batch in data.batches(examples, 8, 3, epoch, rank, world))
         for g in range(40):
-            batch, _ = next(stream)
+            batch = next(stream)
             assert batch == data.batch_at(examples, 8, 3, g, rank, world), (rank, world, g)
     with pytest.raises(data.DataError, match="too few"):
         data.batch_at(examples[:3], 8, 3, 0)
