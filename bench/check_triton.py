@@ -14,6 +14,7 @@ seeing themselves) and bias (RelativePositionBias, -inf where the mask says no):
     (several passages a row, MaskSpec.passage where objectives/masks.py has it);
   - that fully masked tiles are skipped: NaN in the keys and values that only such tiles hold
     leaves the other rows' output and dQ finite;
+  - packed rows through the model (fast.plan_packing, where fast.py has it): loss and gradients;
   - the whole model (pmlm, 2 layers; --base: the base preset too) through fast.use_triton_bias
     against the naive path: final states and every parameter's gradient (fp32); on a GPU also the
     final states under bf16 autocast and with compiled blocks against eager ones.
@@ -258,6 +259,36 @@ def check_model(dev, rows, preset=None, text=60, batch=2):
     return ok
 
 
+def check_packed_model(dev, rows):
+    """Packed rows (fast.plan_packing: several passages a row) through fast.use_triton_bias against
+    the naive path on the same packed rows: the pmlm loss and every gradient (fp32)."""
+    import fast
+    from bench.bench_generate import synthetic_tokenizer
+    from bench.bench_train import passages
+    tok = synthetic_tokenizer(200)
+    obj = get_objective("pmlm", tok, max_len=512)
+    obj.set_step(10, 10)
+    cfg = M.ModelConfig(vocab_size=len(tok), n_layer=2, n_head=2, n_embd=64, ffn_dim=128,
+                        dropout=0.0, **obj.model_defaults)
+    torch.manual_seed(0)
+    model = M.Transformer(cfg).to(dev)
+    examples = [p for n in (30, 60, 20, 45) for p in passages(1, n, len(tok), random.Random(n))]
+    b = fast.plan_packing(obj.make_batch(examples, random.Random(1))).to(dev)
+    outs = []
+    for triton in (False, True):
+        model.config.attn_impl = "naive"
+        fast.use_triton_bias(model, triton)
+        model.zero_grad(set_to_none=True)
+        loss, _ = obj.loss(fast.packed(model, b), b)
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        outs.append((loss.detach(), grads))
+    err = max(rel(outs[1][0], outs[0][0]), rel(outs[1][1], outs[0][1]))
+    rows.append(("packed pmlm model", f"{len(examples)} passages in {b.extras['pack_shape'][0]} "
+                 "rows: triton vs naive, loss and every gradient, fp32", f"{err:.2e}", err < 1e-4))
+    return err < 1e-4
+
+
 def check_build(rows):
     """Build the three kernels for an H100 (sm_90) without one, with triton's own ptxas: what the
     interpreter lets through and the compiler does not (a rule-of-Triton error, a spill). Reports
@@ -322,6 +353,9 @@ def check(dev, base=False):
                       rows=rows)
     ok &= check_skipping(dev, rows)
     ok &= check_model(dev, rows)
+    import fast
+    if hasattr(fast, "plan_packing"):                      # fast.py with packing (train.py --pack)
+        ok &= check_packed_model(dev, rows)
     if base:
         ok &= check_model(dev, rows, preset="base", text=509, batch=4)
     return rows, ok
