@@ -69,8 +69,10 @@ class TrainConfig:
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
     compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
-    pack: str = setting("auto", "pack several passages into each row, no padding wasted "
-                                "(fast.plan_packing): auto (CUDA) | true | false")
+    # off by default: the bare GPU step gains (bench/RESULTS.md), train.py's loop is not measured yet
+    # (each new (rows, width) shape recompiles the blocks)
+    pack: str = setting("false", "pack several passages into each row, no padding wasted "
+                                 "(fast.plan_packing): auto (CUDA) | true | false")
     workers: int = setting(-1, "processes building batches (a DataLoader's); "
                                "-1 = 2 on CUDA, 0 on a CPU")
     cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")

@@ -12,7 +12,7 @@ a GPU, values and gradients, at base size.
 The switches that reach it (on a CPU the readable path is the default everywhere):
     ModelConfig.attn_impl = "flex"      FlexAttention (Transformer.encode -> encode_flex)
     fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
-    train.py --pack (auto: on CUDA)     several passages a row: plan_packing in data.StepBatches,
+    train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
                                         the Packed view in train.LossModule
     generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph
     fast.use_triton_bias(model)         fast_bias_attention.py's Triton kernel on the flex path

@@ -11,7 +11,7 @@ For every objective's real pre-training batch (base preset shapes, random weight
   - the gradients of every parameter of the same loss, flex and sdpa against naive (fp32), with fast.speed_up's
     BucketBias on the sdpa path;
   - the model with compiled blocks (fast.speed_up, train.py's default on CUDA) against the eager one;
-  - packed rows (fast.plan_packing / fast.Packed, train.py --pack, its default on CUDA) against one passage a row:
+  - packed rows (fast.plan_packing / fast.Packed, train.py --pack true) against one passage a row:
     the gradients of the same loss on a batch of passages of mixed lengths, sdpa and flex (fp32);
 and PALM's compiled copy scores (fast.compiled_additive_scores) against model.additive_scores (values and gradients),
 fast.BucketBias against RelativePositionBias.lookup, beam decoding with the readable KV cache against recomputation
