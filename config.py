@@ -72,6 +72,10 @@ class TrainConfig:
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
     compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
+    # off by default: the bare GPU step gains (bench/RESULTS.md), train.py's loop not yet measured
+    # (each new (rows, width) shape recompiles the blocks)
+    pack: str = setting("false", "pack several passages into each row, no padding wasted "
+                                 "(fast.plan_packing): auto (CUDA) | true | false")
     workers: int = setting(-1, "processes building batches (a DataLoader's); "
                                "-1 = 2 on CUDA, 0 on a CPU")
     cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")
@@ -80,8 +84,8 @@ class TrainConfig:
 
 # a resumed run keeps its settings; these may change without changing what it computes
 SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval",
-                  "eval_batches", "ckpt_interval", "device", "compile", "workers", "cache_dir",
-                  "progress", "overwrite"}
+                  "eval_batches", "ckpt_interval", "device", "compile", "pack", "workers",
+                  "cache_dir", "progress", "overwrite"}
 SAFE_MODEL_ON_RESUME = {"attn_impl"}
 PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
 # the model shapes a checkpoint fixes
@@ -193,8 +197,9 @@ def check_settings(cfg):
     if cfg.vocab_size < 100:
         raise UsageError(f"--vocab_size {cfg.vocab_size} is too small "
                          "(the alphabet alone needs about 100)")
-    if cfg.compile not in ("auto", "true", "false"):
-        raise UsageError(f"--compile {cfg.compile!r}: choose auto, true or false")
+    for key in ("compile", "pack"):
+        if getattr(cfg, key) not in ("auto", "true", "false"):
+            raise UsageError(f"--{key} {getattr(cfg, key)!r}: choose auto, true or false")
     if cfg.workers < -1:
         raise UsageError(f"--workers must be >= 0 (or -1 = auto), got {cfg.workers}")
     if cfg.resume and cfg.init_from:

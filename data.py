@@ -546,7 +546,7 @@ class StepBatches(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, objective, examples, batch_size, grad_accum, seed, max_steps, rank=0,
-                 world=1, start=0):
+                 world=1, start=0, pack=None):
         self.objective = objective
         self.examples = examples
         self.batch_size = batch_size
@@ -556,6 +556,9 @@ class StepBatches(torch.utils.data.IterableDataset):
         self.rank = rank
         self.world = world
         self.start = start
+        # None: one passage a row; else the speed layer's packing plan, Batch -> Batch
+        # (train.py --pack: fast.plan_packing)
+        self.pack = pack
 
     def __iter__(self):
         worker = torch.utils.data.get_worker_info()
@@ -571,7 +574,11 @@ class StepBatches(torch.utils.data.IterableDataset):
             examples = batch_at(self.examples, self.batch_size, self.seed, index, self.rank,
                                 self.world)
             rng = random.Random(f"{self.seed}:{self.rank}:{step}:{micro}")
-            batches.append(self.objective.make_batch(examples, rng))
+            batch = self.objective.make_batch(examples, rng)
+            if self.pack is not None:
+                # made here on the CPU, in the loader's workers: several passages a row
+                batch = self.pack(batch)
+            batches.append(batch)
         return batches
 
 

@@ -12,7 +12,10 @@ a GPU, values and gradients, at base size.
 The switches that reach it (on a CPU the readable path is the default everywhere):
     ModelConfig.attn_impl = "flex"      FlexAttention (Transformer.encode -> encode_flex)
     fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
+    train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
+                                        the Packed view in train.LossModule
     generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph
+    fast.use_triton_bias(model)         fast_bias_attention.py's Triton kernel on the flex path
 Objectives, notebooks and exercises never import this file.
 
 Pieces, their readable twins and the tests that hold them equal:
@@ -22,9 +25,15 @@ Pieces, their readable twins and the tests that hold them equal:
     compiled_additive_scores   model.additive_scores                bench/check_cuda.py (GPU only)
     compile_blocks             the eager blocks                     bench/check_cuda.py (GPU only)
     StaticCache, StaticStep    model.KVCache, Decoder.logprobs      tests/test_fast.py
+    plan_packing, Packed       the model on one passage a row       tests/test_packing.py
     GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
+    use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU:
+                               (fast_bias_attention.py)             the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
-Left out: hand-written Triton kernels, fused optimizers, FP8, paged caches.
+One hand-written Triton kernel, fast_bias_attention.py (pmlm's relative bias inside the tiles),
+needs triton (not a requirement of the project). Left out: fused optimizers, FP8, paged caches;
+packing across batches (each batch's own passages are packed: on a corpus of long documents about
+5% of the rows stays padding, bench/padding.py).
 """
 from typing import NamedTuple
 
@@ -40,30 +49,33 @@ _COMPILED = {}
 # The switch for training
 
 
-def speed_up(model, compile=True):
+def speed_up(model, compile=True, dynamic=False):
     """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and
-    PALM's compiled copy scores; with compile, torch.compile of every block (any device). -> model.
-    On a CPU without compile it changes nothing (tests/test_fast.py)."""
+    PALM's compiled copy scores; with compile, torch.compile of every block (any device; dynamic:
+    compile_blocks's). -> model. On a CPU without compile it changes nothing
+    (tests/test_fast.py)."""
     if next(model.parameters()).is_cuda:
         if model.rel_bias is not None:
             model.rel_bias.fast_lookup = BucketBias.apply
         if model.copy_head is not None:
             model.copy_head.fast_scores = compiled_additive_scores()
     if compile:
-        compile_blocks(model)
+        compile_blocks(model, dynamic)
     return model
 
 
-def compile_blocks(model):
+def compile_blocks(model, dynamic=False):
     """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
     compilation serves them all, in a fraction of the time of compiling the whole model; embeddings
     and heads stay eager. Twin: the eager blocks (bench/check_cuda.py compares them on a GPU)."""
     # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
     # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
     # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
+    # (packed batches come in more shapes, rows x width: bench_train.py --dynamic compiles one
+    # kernel for them all, dynamic=True, to compare)
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
     for block in model.blocks:
-        block.compile(dynamic=False)
+        block.compile(dynamic=dynamic)
     return model
 
 
@@ -120,11 +132,14 @@ def mask_mod(spec: MaskSpec):
     """masks.may_attend for one (query, key) pair, FlexAttention's mask_mod. Twin:
     masks.attention_mask (tests/test_attention_paths.py, cell by cell). A padding query sees itself
     here, as Transformer.encode lets it on the dense path, so its softmax stays finite."""
-    kind, step = spec.kind, spec.step
+    kind, step, passage = spec.kind, spec.step, spec.passage
 
     def mod(b, h, q, k):
         q_kind = kind[b, q]
         allowed = may_attend(q_kind, step[b, q], kind[b, k], step[b, k], q == k)
+        if passage is not None:
+            # packed rows: a token sees only its own passage (tiles between passages are skipped)
+            allowed = allowed & (passage[b, q] == passage[b, k])
         return allowed | ((q_kind == PAD) & (q == k))
     return mod
 
@@ -189,6 +204,9 @@ def flex(q, k, v, mask, bias):
     """model.attention's "flex" path: q, k, v (B, H, L, D), mask a block_mask, bias a FlexBias or
     None -> (B, H, L, D). Twin: model.naive_attention. FlexAttention has no dropout on the attention
     weights, so this path has none (the residual and embedding dropout stay)."""
+    # use_triton_bias: the mask is fast_bias_attention.Inputs (mask and bias), its attend the kernel
+    if hasattr(mask, "attend"):
+        return mask.attend(q, k, v)
     score_mod = bias.score_mod() if bias is not None else None
     return flex_attention()(q, k, v, score_mod=score_mod, block_mask=mask)
 
@@ -197,6 +215,10 @@ def encode_flex(model, x, position_ids, spec: MaskSpec):
     """Transformer.encode on the FlexAttention path: one block mask and one score_mod (the relative
     bias) shared by every layer. Twin: Transformer.encode with the dense mask
     (tests/test_attention_paths.py)."""
+    # use_triton_bias: fast_bias_attention's kernel instead of FlexAttention
+    if getattr(model, "triton_bias", False):
+        import fast_bias_attention
+        return fast_bias_attention.encode(model, x, position_ids, spec)
     if x.device.type != "cuda" and torch.is_grad_enabled():
         raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward "
                            "on a CPU); use sdpa here")
@@ -205,6 +227,144 @@ def encode_flex(model, x, position_ids, spec: MaskSpec):
     for block in model.blocks:
         x = block(x, mask, bias)
     return model.ln_f(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Packing: several passages in one row, so that the blocks compute (almost) no padding
+
+
+def pack_rows(lengths, width):
+    """Best-fit decreasing bin packing: the longest passage first, each into the row with the least
+    room that still holds it (a new row if none does). -> ([(row, offset)] per length, rows)."""
+    order = sorted(range(len(lengths)), key=lambda b: -lengths[b])   # stable: ties keep their order
+    room = []                                                         # free slots of each row
+    place = [None] * len(lengths)
+    for b in order:
+        fits = [r for r in range(len(room)) if room[r] >= lengths[b]]
+        if not fits:
+            room.append(width)
+            fits = [len(room) - 1]
+        r = min(fits, key=lambda r: room[r])
+        place[b] = (r, width - room[r])
+        room[r] -= lengths[b]
+    return place, len(room)
+
+
+def key_cost(model):
+    """Attention's training FLOPs per token and per key it attends, over the rest of a token's FLOPs
+    (model.estimate_flops = rest + key_cost * rest * width): what a wider packed row costs."""
+    rest = model.estimate_flops(0)
+    return (model.estimate_flops(1) - rest) / rest
+
+
+def pack_width(lengths, multiple=1, key_cost=0.0):
+    """The row width for packing these lengths: the cheapest of the widths from the longest length
+    (rounded up to `multiple`) to twice that, by rows * width * (1 + key_cost * width), the blocks'
+    FLOPs with dense attention. The rows' total room rarely matches the tokens: a width a little
+    wider than the longest passage often saves a row (most of the padding left on a corpus of short
+    passages is the last row's)."""
+    first = -(-max(lengths) // multiple) * multiple
+    step = max(multiple, 8)
+    cost = lambda width: pack_rows(lengths, width)[1] * width * (1 + key_cost * width)
+    return min(range(first, 2 * first + 1, step), key=cost)
+
+
+def plan_packing(batch, multiple=1, key_cost=0.0):
+    """The packing of a Batch, computed on the CPU (where the batch is built): its passages go into
+    rows of pack_width, several to a row. -> the Batch with three extras: "pack_tokens" (N,) where
+    its N real tokens are in the batch flattened (B * L), "pack_slots" (N,) where they go in the
+    packed rows flattened (rows * width), and "pack_shape" (rows, width). The batch itself stays as
+    the objective made it: `packed` packs it for the blocks and unpacks their output."""
+    if len(batch) == 0:
+        return batch
+    real = batch.kind != PAD                                            # (B, L)
+    lengths = real.sum(1).tolist()
+    width = pack_width(lengths, multiple, key_cost)
+    place, rows = pack_rows(lengths, width)
+    first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot
+    # the real tokens of a passage keep their order, one slot after the other (PALM's gap closes)
+    slot = first[:, None] + real.long().cumsum(1) - 1                   # (B, L)
+    batch.extras.update(pack_tokens=real.flatten().nonzero().squeeze(1), pack_slots=slot[real],
+                        pack_shape=(rows, width))
+    return batch
+
+
+class Packing(NamedTuple):
+    """Where a batch's real tokens go in its packed rows (plan_packing's extras)."""
+    tokens: torch.Tensor          # (N,) positions in the batch flattened, (B * L)
+    slots: torch.Tensor           # (N,) slots in the packed rows flattened, (rows * width)
+    shape: tuple                  # (rows, width)
+
+    @classmethod
+    def of(cls, batch):
+        x = batch.extras
+        return cls(x["pack_tokens"], x["pack_slots"], x["pack_shape"])
+
+    def pack(self, x, fill):
+        """(B, L) in the objective's layout -> (rows, width) packed; the empty slots get fill."""
+        out = x.new_full((self.shape[0] * self.shape[1],), fill)
+        return out.index_put((self.slots,), x.flatten()[self.tokens]).view(self.shape)
+
+    def unpack(self, y, batch_shape):
+        """(rows, width, d) packed -> batch_shape + (d,) in the objective's layout; padding zeros.
+        Every index once (no padding row gathers many slots): a backward without collisions."""
+        flat = y.flatten(0, 1)[self.slots]                                  # (N, d)
+        out = flat.new_zeros(batch_shape[0] * batch_shape[1], y.size(-1))
+        return out.index_put((self.tokens,), flat).view(*batch_shape, y.size(-1))
+
+
+class Packed:
+    """The model seen through a packed batch: model(input_ids, position_ids, segment_ids, mask) in
+    the objective's layout packs the inputs, runs the model on the packed rows and unpacks its
+    output; everything else (heads, parameters) is the model's own. The objectives never know.
+
+    Twin: the model on the unpacked batch (tests/test_packing.py: the same per-token losses for
+    every objective, float64, naive and sdpa). Exact because each passage keeps its own position ids
+    (they restart at every passage, and so do the relative bias's buckets, which read them) and the
+    mask gains "and only its own passage" (masks.attention_mask's passage; fast.mask_mod's too).
+    """
+
+    def __init__(self, model, packing: Packing):
+        self.model = model
+        self.packing = packing
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, input_ids, position_ids, segment_ids, mask: MaskSpec):
+        p = self.packing
+        B, L = input_ids.shape
+        passage = torch.arange(B, device=input_ids.device)[:, None].expand(B, L)
+        spec = MaskSpec(p.pack(mask.kind, PAD), p.pack(mask.step, 0), p.pack(passage, -1))
+        h = self.model(p.pack(input_ids, 0), p.pack(position_ids, 0), p.pack(segment_ids, 0),
+                       spec)                                            # (rows, width, d)
+        return p.unpack(h, (B, L))                                      # (B, L, d)
+
+
+def packed(model, batch):
+    """The model to hand objective.loss for this batch: a Packed view where plan_packing packed it,
+    else the model itself (train.py's LossModule)."""
+    if "pack_shape" not in batch.extras:
+        return model
+    return Packed(model, Packing.of(batch))
+
+
+# --------------------------------------------------------------------------------------------------
+# The switch into fast_bias_attention.py: a Triton flash attention with the relative bias
+
+
+def use_triton_bias(model, on=True):
+    """Run the model's attention through fast_bias_attention.py's Triton kernel (the mask rule and
+    the relative position bias inside the tiles, the bias gradient reduced per tile): the "flex"
+    path's encode_flex hands every block that kernel's inputs. CUDA, or a CPU under Triton's
+    interpreter (TRITON_INTERPRET=1, slow: tests only). Needs triton, which the project does not
+    require. Twin: Transformer.encode on the naive path (bench/check_triton.py; bench/check_cuda.py
+    on a GPU). -> model."""
+    if on:
+        import fast_bias_attention                      # noqa: F401  (fails here without triton)
+        model.config.attn_impl = "flex"
+    model.triton_bias = on
+    return model
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ docs/how-it-fits-together.md follows `--objective pmlm` through these phases to 
 Left out: multi-node launching (torchrun's own --nnodes does it), FSDP/tensor parallelism,
 fp16 loss scaling.
 """
+import functools
 import json
 import math
 import os
@@ -121,6 +122,18 @@ def use_fast_layer(model, objective, cfg, device):
     fast.speed_up(model, compile=compiled)
 
 
+def packing(cfg, model, device):
+    """--pack: None (one passage a row, the readable layout) or what data.StepBatches does to every
+    training batch: fast.plan_packing, several passages a row, widths a multiple of 64 where the
+    blocks are compiled (few shapes), priced by what a wider row costs the attention (nothing on the
+    flex path, which skips the tiles between passages)."""
+    if not (cfg.pack == "true" or (cfg.pack == "auto" and device.type == "cuda")):
+        return None
+    compiled = cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda")
+    key_cost = 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
+    return functools.partial(fast.plan_packing, multiple=64 if compiled else 1, key_cost=key_cost)
+
+
 # --------------------------------------------------------------------------------------------------
 # 6. Optimizer and schedule
 
@@ -161,7 +174,8 @@ class LossModule(torch.nn.Module):
         self.heads = objective.heads(model)
 
     def forward(self, batch):
-        loss, metrics = self.objective.loss(self.model, batch)
+        # a packed batch (--pack) runs the blocks on its packed rows, unknown to the objective
+        loss, metrics = self.objective.loss(fast.packed(self.model, batch), batch)
         return loss + 0.0 * sum(p.sum() for p in self.heads), metrics
 
 
@@ -249,8 +263,10 @@ def count_work(run, batch):
     n_tokens = batch.n_tokens
     # the share of rows that go through the output layer
     pred_frac = int((batch.labels != -100).sum()) / max(1, n_tokens)
+    # the blocks' row width: the packed one where the batch is packed
+    width = batch.extras.get("pack_shape", batch.input_ids.shape)[1]
     run.work.update(tokens=n_tokens, corpus_tokens=run.objective.corpus_tokens(batch),
-                    flops=n_tokens * run.model.estimate_flops(batch.input_ids.size(1), pred_frac))
+                    flops=n_tokens * run.model.estimate_flops(width, pred_frac))
 
 
 def check_health(run):
@@ -508,7 +524,8 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt):
     run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, splits, out_dir_of(cfg),
               step=step)
     steps = data.StepBatches(objective, splits["train"], cfg.batch_size, cfg.grad_accum, cfg.seed,
-                             cfg.max_steps, dist_.rank, dist_.world, start=step)
+                             cfg.max_steps, dist_.rank, dist_.world, start=step,
+                             pack=packing(cfg, model, dist_.device))
     workers = cfg.workers if cfg.workers >= 0 else (2 if cuda else 0)
     run.loader = data.batch_loader(steps, workers, pin_memory=cuda)
     run.stream = iter(run.loader)

@@ -5,6 +5,7 @@ HF BertForMaskedLM (eager and compiled) and the card's measured bf16 matmul peak
     python bench/bench_train.py --part loop      # train.py itself, every objective at its default path
     python bench/bench_train.py --part large     # the large preset: the biggest batch that fits, and its MFU
     python bench/bench_train.py --tiny           # CPU smoke run of the bare part (a small model, a few steps)
+    python bench/bench_train.py --pack both      # every objective one passage a row AND packed (fast.plan_packing)
 
 Data: the embedded corpus through data.prepare_pretrain, as train.py reads it (passages of seq_len - 3 tokens, a
 vocabulary of --vocab pieces trained on it), so a bare step and a train.py step see the same batches.
@@ -12,6 +13,10 @@ vocabulary of --vocab pieces trained on it), so a bare step and a train.py step 
   corpus tok/s  corpus tokens per second (objective.corpus_tokens: context and target, not the added queries)
   MFU           model FLOPs (model.estimate_flops) per second over the datasheet's dense bf16 peak (model.PEAK_FLOPS)
   peak GiB      torch.cuda.max_memory_allocated over the timed steps
+  padding       the share of the (rows x L) positions the blocks run on that are padding
+--pack on runs the objectives with several passages packed into each row (train.py --pack true: the blocks see
+rows of the width of the longest passage, fewer of them; the objective's loss is the same); --pack both measures
+each objective both ways in the same run, beside HF's rows that have no padding.
 A bare step is forward + backward + AdamW on batches already on the GPU, with the blocks compiled as train.py does
 on CUDA (eager for the naive path); train.py's loop adds everything else (batches built by DataLoader workers,
 copied, logged), measured from its own metrics.jsonl after the compilation steps. HF's BertForMaskedLM (same
@@ -61,9 +66,19 @@ def corpus(args):
     return tok, splits["train"]
 
 
+def shape(batch):
+    """What a compiled step specialises on: the packed shape, else the tensors' (None: no Batch)."""
+    if not hasattr(batch, "extras"):
+        return None
+    return batch.extras.get("pack_shape", tuple(batch.input_ids.shape))
+
+
 def timed(step_fn, batches, warmup, device):
-    """Median seconds of one step over batches[warmup:] (device-synchronised)."""
-    for b in batches[:warmup]:
+    """Median seconds of one step over batches[warmup:] (device-synchronised). Every shape of the timed batches
+    is compiled before the clock starts: the warm-up batches, then one timed batch of each shape not seen yet."""
+    seen = {shape(b) for b in batches[:warmup]}
+    first_of_shape = {shape(b): b for b in reversed(batches[warmup:]) if shape(b) not in seen}
+    for b in batches[:warmup] + list(first_of_shape.values()):
         step_fn(b)
     sync(device)
     if device.type == "cuda":
@@ -95,7 +110,7 @@ def matmul_peak(device):
     return 2 * 8192 ** 3 / sec
 
 
-def build_step(name, impl, options, tok, examples, args, device, preset=None, batch=None):
+def build_step(name, impl, options, tok, examples, args, device, preset=None, batch=None, pack=False):
     """A model, its objective, warm-up + timed batches already on the device, and one training step on them."""
     preset = preset or args.preset
     batch_size = batch or args.batch
@@ -107,7 +122,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     model = M.Transformer(cfg).to(device)
     compiled = device.type == "cuda" and impl != "naive" and not args.eager
     # the fast layer as train.py switches it on: BucketBias and compiled copy scores on CUDA, compiled blocks
-    fast.speed_up(model, compile=compiled)
+    fast.speed_up(model, compile=compiled, dynamic=args.dynamic)
     if compiled:
         obj.pad_multiple = 64                      # as train.py does when it compiles
     rng = random.Random(0)
@@ -116,13 +131,19 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     t0 = time.perf_counter()
     batches = [obj.make_batch(ex, random.Random(k)) for k, ex in enumerate(raw)]
     make_ms = (time.perf_counter() - t0) / n * 1000
+    if pack:
+        # train.py --pack true: rows widths a multiple of 64 where compiled, as the unpacked lengths are
+        key_cost = 0.0 if impl == "flex" else fast.key_cost(model)   # flex skips the tiles between passages
+        # widths a multiple of 64 for static compiled shapes (train.py's); of 8 where compiled for any shape
+        multiple = 8 if args.dynamic and compiled else obj.pad_multiple
+        batches = [fast.plan_packing(b, multiple, key_cost) for b in batches]
     batches = [b.to(device) for b in batches]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     def step(b):
         with autocast:
-            loss, _ = obj.loss(model, b)
+            loss, _ = obj.loss(fast.packed(model, b), b)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -131,17 +152,22 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
                 batch=batch_size)
 
 
-def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None):
-    s = build_step(name, impl, options, tok, examples, args, device, preset, batch)
+def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None, pack=False):
+    s = build_step(name, impl, options, tok, examples, args, device, preset, batch, pack)
     model, obj, batches = s["model"], s["obj"], s["batches"]
     sec = timed(s["step"], batches, args.warmup, device)
-    rows = sum(b.n_tokens for b in batches[args.warmup:]) / args.steps
-    corpus_rows = sum(obj.corpus_tokens(b) for b in batches[args.warmup:]) / args.steps
-    b = batches[-1]
-    flops = b.n_tokens * model.estimate_flops(b.input_ids.size(1), int((b.labels != -100).sum()) / b.n_tokens)
-    return dict(label=label, impl=impl, compiled=s["compiled"], seq=b.input_ids.size(1), batch=s["batch"],
-                tokens_s=rows / sec, corpus_tokens_s=corpus_rows / sec, flops_s=flops * rows / b.n_tokens / sec,
-                step_ms=sec * 1000, make_batch_ms=s["make_ms"], peak_gib=peak_gib(device))
+    timed_batches = batches[args.warmup:]
+    rows = sum(b.n_tokens for b in timed_batches) / args.steps
+    corpus_rows = sum(obj.corpus_tokens(b) for b in timed_batches) / args.steps
+    # the blocks' (rows, width) of each batch: packed or one passage a row
+    shapes = [b.extras.get("pack_shape", tuple(b.input_ids.shape)) for b in timed_batches]
+    slots = sum(n * width for n, width in shapes)
+    flops = sum(b.n_tokens * model.estimate_flops(width, int((b.labels != -100).sum()) / b.n_tokens)
+                for b, (_, width) in zip(timed_batches, shapes)) / args.steps
+    return dict(label=label + (" packed" if pack else ""), impl=impl, compiled=s["compiled"],
+                seq=max(width for _, width in shapes), batch=s["batch"], rows=sum(n for n, _ in shapes) / args.steps,
+                padding=1 - rows * args.steps / slots, tokens_s=rows / sec, corpus_tokens_s=corpus_rows / sec,
+                flops_s=flops / sec, step_ms=sec * 1000, make_batch_ms=s["make_ms"], peak_gib=peak_gib(device))
 
 
 def bench_hf(args, device, vocab, compiled):
@@ -178,19 +204,21 @@ def bench_hf(args, device, vocab, compiled):
     per_token = 6 * (n_params - n_emb) + 12 * layers * d * L + 6 * d * vocab
     rows = args.batch * L
     label = "HF BertForMaskedLM" + (" (compiled)" if compiled else " (eager)")
-    return dict(label=label, impl="sdpa", compiled=compiled, seq=L, batch=args.batch, tokens_s=rows / sec,
+    return dict(label=label, impl="sdpa", compiled=compiled, seq=L, batch=args.batch, rows=args.batch, padding=0.0,
+                tokens_s=rows / sec,
                 corpus_tokens_s=rows / sec, flops_s=rows * per_token / sec, step_ms=sec * 1000,
                 make_batch_ms=float("nan"), peak_gib=peak_gib(device))
 
 
-def bench_loop(name, options, label, args, device):
+def bench_loop(name, options, label, args, device, pack=False):
     """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl."""
     import train
     out = Path(tempfile.mkdtemp(prefix=f"loop-{name}-"))
     flags = ["--objective", name, "--preset", args.preset, "--vocab_size", str(args.vocab), "--seq_len",
              str(args.seq_len), "--batch_size", str(args.batch), "--max_steps", str(args.loop_steps),
              "--log_interval", "10", "--eval_interval", "100000", "--ckpt_interval", "100000",
-             "--cache_dir", args.cache, "--out_dir", str(out), "--progress", "false"]
+             "--cache_dir", args.cache, "--out_dir", str(out), "--progress", "false",
+             "--pack", str(pack).lower()]
     for key, value in options.items():
         flags += [f"--{key}", str(value).lower()]
     if torch.cuda.is_available():
@@ -199,7 +227,8 @@ def bench_loop(name, options, label, args, device):
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     records = [r for r in records if r["split"] == "train"][3:]          # after compilation and warm-up
     med = lambda key: statistics.median(r[key] for r in records) if records and key in records[0] else float("nan")
-    return dict(label=label, impl="default", compiled=None, seq=args.seq_len, batch=args.batch,
+    return dict(label=label + (" packed" if pack else ""), impl="default", compiled=None, seq=args.seq_len,
+                batch=args.batch, rows=float("nan"), padding=float("nan"),
                 tokens_s=med("tokens_per_s"), corpus_tokens_s=med("corpus_tokens_per_s"),
                 flops_s=med("mfu") * (M.peak_flops(device) or float("nan")), step_ms=float("nan"),
                 make_batch_ms=float("nan"), peak_gib=peak_gib(device))
@@ -207,12 +236,14 @@ def bench_loop(name, options, label, args, device):
 
 def table(rows, peak, title):
     print(f"\n{title}")
-    print("| run | attention | compiled | batch | L | tokens/s | corpus tok/s | MFU | step ms | peak GiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| run | attention | compiled | batch | rows | L | padding | tokens/s | corpus tok/s | MFU | step ms "
+          "| peak GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         mfu = f"{r['flops_s'] / peak:.1%}" if peak else "-"
-        print(f"| {r['label']} | {r['impl']} | {r['compiled']} | {r['batch']} | {r['seq']} | {r['tokens_s']:,.0f} | "
-              f"{r['corpus_tokens_s']:,.0f} | {mfu} | {r['step_ms']:.1f} | {r['peak_gib']:.1f} |")
+        print(f"| {r['label']} | {r['impl']} | {r['compiled']} | {r['batch']} | {r['rows']:.1f} | {r['seq']} | "
+              f"{r['padding']:.1%} | {r['tokens_s']:,.0f} | {r['corpus_tokens_s']:,.0f} | {mfu} | "
+              f"{r['step_ms']:.1f} | {r['peak_gib']:.1f} |")
 
 
 def attempt(rows, fn, *a, **kw):
@@ -241,6 +272,10 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated run labels (default: all)")
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--eager", action="store_true", help="no compiled blocks")
+    ap.add_argument("--pack", choices=["off", "on", "both"], default="off",
+                    help="several passages a row (train.py --pack): off, on, or both in one run")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="compile the blocks for dynamic shapes (one kernel for every packed shape)")
     ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
     ap.add_argument("--memory_gib", type=float, default=0,
                     help="use at most this much GPU memory (80 on an H200: what fits an H100 80GB)")
@@ -257,20 +292,24 @@ def main():
         name += f" (capped at {args.memory_gib:g} GiB)"
     peak = M.peak_flops(device)
     only = set(args.only.split(",")) - {""}
+    packs = {"off": (False,), "on": (True,), "both": (False, True)}[args.pack]
     tok, examples = corpus(args)
     rows, measured = [], {}
     if args.part == "bare":
         measured["matmul_tflops"] = matmul_peak(device) / 1e12
         for impl in args.impls.split(","):
             for obj_name, options, label in RUNS:
-                if not only or label in only:
-                    attempt(rows, bench_objective, obj_name, impl, options, label, tok, examples, args, device)
+                for pack in packs:
+                    if not only or label in only:
+                        attempt(rows, bench_objective, obj_name, impl, options, label, tok, examples, args, device,
+                                pack=pack)
         for compiled in (() if args.no_hf else (False, True)):
             attempt(rows, bench_hf, args, device, len(tok), compiled)
     elif args.part == "loop":
         for obj_name, options, label in RUNS:
-            if not only or label in only:
-                attempt(rows, bench_loop, obj_name, options, label, args, device)
+            for pack in packs:
+                if not only or label in only:
+                    attempt(rows, bench_loop, obj_name, options, label, args, device, pack=pack)
     else:
         args.preset = "large"
         for batch in (8, 16, 24, 32, 48, 64):

@@ -2,6 +2,7 @@
 passes of FlexAttention and SDPA's math backend, and no CUDA graph).
 
     python bench/check_cuda.py
+    python bench/check_cuda.py triton      # only fast_bias_attention.py's checks (bench/check_triton.py)
 
 For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
   - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (fast.encode_flex: block mask from
@@ -10,11 +11,14 @@ For every objective's real pre-training batch (base preset shapes, random weight
   - the gradients of every parameter of the same loss, flex and sdpa against naive (fp32), with fast.speed_up's
     BucketBias on the sdpa path;
   - the model with compiled blocks (fast.speed_up, train.py's default on CUDA) against the eager one;
+  - packed rows (fast.plan_packing / fast.Packed, train.py --pack true) against one passage a row:
+    the gradients of the same loss on a batch of passages of mixed lengths, sdpa and flex (fp32);
 and PALM's compiled copy scores (fast.compiled_additive_scores) against model.additive_scores (values and gradients),
 fast.BucketBias against RelativePositionBias.lookup, beam decoding with the readable KV cache against recomputation
 (tokens identical), and decoding with fast.StaticStep replayed as a CUDA graph against the readable cache (greedy and
 beam 3, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps (the
-graph then gives way to the eager static step). Prints a table; exits non-zero if a check fails. Without CUDA it
+graph then gives way to the eager static step), and fast_bias_attention.py's Triton attention (bench/check_triton.py at
+base size). Prints a table; exits non-zero if a check fails. Without CUDA it
 exits with one line saying so (status 2).
 """
 import random
@@ -72,6 +76,7 @@ def check_objective(name, tok, dev, rows):
         err = rel(grads(model, obj, batch, impl), ref)
         ok &= err < 1e-3
         rows.append((name, f"{impl} vs naive, gradients, fp32", f"{err:.2e}", err < 1e-3))
+    ok &= check_packing(model, obj, tok, dev, rows, name)
     eager = hidden(model, batch, "flex", torch.bfloat16)
     fast.speed_up(model, compile=True)
     err = rel(hidden(model, batch, "flex", torch.bfloat16), eager)
@@ -86,6 +91,27 @@ def check_objective(name, tok, dev, rows):
     same = [x[0][0] for x in a] == [x[0][0] for x in b]
     rows.append((name, "beam 3: cache vs no cache (fp32)", "tokens equal" if same else "tokens differ", same))
     return ok and same and check_graph(name, model, obj_s2s, sources, rows)
+
+
+def check_packing(model, obj, tok, dev, rows, name):
+    """train.py --pack: 16 passages of mixed lengths packed several to a row (rows of width fast.pack_width)
+    against the same batch one passage a row: the gradients of every parameter of the objective's loss."""
+    rng = random.Random(2)
+    mixed = [p[:rng.randint(1, len(p))] for p in passages(16, 509, len(tok), rng)]
+    batch = fast.plan_packing(obj.make_batch(mixed, random.Random(2)), 64, fast.key_cost(model)).to(dev)
+    ok = True
+    for impl in ("sdpa", "flex"):
+        model.config.attn_impl = impl
+        want = grads(model, obj, batch, impl)
+        model.zero_grad(set_to_none=True)
+        obj.loss(fast.packed(model, batch), batch)[0].backward()
+        got = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        err = rel(got, want)
+        ok &= err < 1e-3
+        shape = batch.extras["pack_shape"]
+        rows.append((name, f"packed ({len(batch)} passages in {shape[0]} rows of {shape[1]}) vs one a row, "
+                           f"gradients, {impl}, fp32", f"{err:.2e}", err < 1e-3))
+    return ok
 
 
 def check_graph(name, model, obj, sources, rows):
@@ -153,7 +179,24 @@ def check_bucket_bias(dev, rows):
     return ok
 
 
+def check_triton_bias(dev, rows):
+    """fast_bias_attention.py (Triton: the relative bias and the mask rule inside the tiles) against the readable
+    path: bench/check_triton.py's checks at small and base size, values and gradients (q, k, v, the bias table),
+    fp32 and bf16, tile skipping, and the pmlm model through fast.use_triton_bias (compiled blocks too)."""
+    try:
+        from bench import check_triton
+        import fast_bias_attention                                       # noqa: F401
+    except ImportError as e:
+        rows.append(("pmlm", "triton attention", f"not importable: {e}", False))
+        return False
+    found, ok = check_triton.check(dev, base=True)
+    rows.extend((f"triton: {label}", what, value, good) for label, what, value, good in found)
+    return ok
+
+
 def main():
+    # `python bench/check_cuda.py triton`: only the Triton attention's checks
+    only_triton = sys.argv[1:] == ["triton"]
     if not torch.cuda.is_available():
         print("check_cuda.py: error: this check needs a CUDA GPU (none here); the CPU-runnable twins are "
               "tests/test_fast.py and tests/test_attention_paths.py", file=sys.stderr)
@@ -161,15 +204,21 @@ def main():
     dev = torch.device("cuda")
     tok = synthetic_tokenizer(30522)
     rows, ok = [], True
-    for name in ("unilm", "pmlm", "ernie_gen", "palm"):
+    for name in () if only_triton else ("unilm", "pmlm", "ernie_gen", "palm"):
         try:
             ok &= check_objective(name, tok, dev, rows)
         except Exception as e:                       # report, and go on with the other checks
             ok = False
             rows.append((name, "check crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
         torch.cuda.empty_cache()
-    ok &= check_copy_scores(dev, rows)
-    ok &= check_bucket_bias(dev, rows)
+    if not only_triton:
+        ok &= check_copy_scores(dev, rows)
+        ok &= check_bucket_bias(dev, rows)
+    try:
+        ok &= check_triton_bias(dev, rows)
+    except Exception as e:                           # report, and print the table
+        ok = False
+        rows.append(("pmlm", "triton attention crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| objective | check | result | |\n|---|---|---|---|")
     for name, what, value, good in rows:

@@ -3,6 +3,7 @@
     python bench/profile_step.py --part steps    # torch.profiler over a few bare steps of each run: the top kernels
     python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
     python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways
+    python bench/profile_step.py --part triton   # fast_bias_attention.py (Triton) against SDPA: attention, pmlm step
     python bench/profile_step.py --tiny          # CPU smoke run of both parts
 
 Same model, batches and step as bench/bench_train.py (base preset, batch 32, 512 text tokens, bf16, compiled
@@ -14,6 +15,7 @@ bias for reference. Writes profile_<part>.txt to $OUT when set.
 """
 import argparse
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fast                                         # noqa: E402
 import model as M                                   # noqa: E402
+from objectives.masks import PAD                    # noqa: E402
 from bench.bench_train import build_step, corpus, sync, timed  # noqa: E402
 
 LINES = []
@@ -228,6 +231,111 @@ def bias_part(tok, examples, args, device):
 
 
 # --------------------------------------------------------------------------------------------------
+# --part triton: fast_bias_attention.py's Triton attention against SDPA, alone and in a pmlm step
+
+
+def attention_alone(tok, examples, args, device):
+    """One attention call (forward + backward, bf16) on a real pmlm batch's layout: SDPA with the dense
+    bias-with-mask needing a gradient (today's path in each layer), SDPA with the boolean mask and no bias (the
+    floor), and the Triton kernel with several tile shapes. -> rows (label, ms, relative error of the output)."""
+    import fast_bias_attention as FBA
+    from objectives import get_objective
+    obj = get_objective("pmlm", tok, max_len=M.PRESETS[args.preset]["max_position"])
+    b = obj.make_batch(examples[:args.batch], random.Random(0)).to(device)
+    cfg = M.ModelConfig(**{**M.PRESETS[args.preset], **obj.model_defaults})
+    H, D = cfg.n_head, cfg.n_embd // cfg.n_head
+    B, L = b.kind.shape
+    holder = torch.nn.Module()
+    holder.rel_bias = M.RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance, H,
+                                             cfg.max_position).to(device)
+    holder.config = cfg
+    inp = FBA.inputs(holder, b.position_ids, b.mask)
+    dense = b.mask.dense()
+    dense = dense | (torch.eye(L, dtype=torch.bool, device=device) & (b.kind == PAD)[:, :, None])
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D, device=device, generator=g).to(torch.bfloat16).requires_grad_()
+               for _ in range(3))
+    do = torch.randn(B, H, L, D, device=device, generator=g).to(torch.bfloat16)
+    w = holder.rel_bias.table.weight
+    out = {}
+
+    def sdpa_bias(_):
+        bias = fast.BucketBias.apply(w, holder.rel_bias.buckets(b.position_ids, b.position_ids), torch.bfloat16)
+        bias = bias.masked_fill(~dense[:, None], float("-inf"))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        o.backward(do)
+        out["o"] = o.detach()
+
+    def sdpa_plain(_):
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=dense[:, None])
+        o.backward(do)
+
+    def triton(_):
+        o = FBA.attention(q, k, v, inp)
+        o.backward(do)
+        out["o"] = o.detach()
+
+    rows = []
+    reps = [None] * (args.steps + args.warmup)
+    rows.append(("sdpa + bias (BucketBias), fwd + bwd", timed(sdpa_bias, reps, args.warmup, device) * 1000, 0.0))
+    ref = out["o"].float()
+    rows.append(("sdpa, boolean mask, no bias, fwd + bwd", timed(sdpa_plain, reps, args.warmup, device) * 1000,
+                 float("nan")))
+    default = (FBA.FORWARD, FBA.BACKWARD_KV, FBA.BACKWARD_Q)
+    shapes = [default, ((64, 32, 4, 2), (32, 64, 4, 2), (64, 32, 4, 2)),
+              ((128, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
+              ((128, 32, 8, 3), (32, 128, 8, 3), (128, 32, 8, 3))]
+    for shape in shapes:
+        FBA.FORWARD, FBA.BACKWARD_KV, FBA.BACKWARD_Q = shape
+        label = f"triton, tiles fwd {shape[0]} dkdv {shape[1]} dq {shape[2]}, fwd + bwd"
+        try:
+            ms = timed(triton, reps, args.warmup, device) * 1000
+            err = float((out["o"].float() - ref).norm() / ref.norm())
+            rows.append((label, ms, err))
+        except Exception as e:                      # a shape that does not compile: say so, go on
+            say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+    FBA.FORWARD, FBA.BACKWARD_KV, FBA.BACKWARD_Q = default
+    counts = [int((inp.tiles == st).sum()) for st in (0, 1, 2)]
+    say(f"attention alone: B={B}, H={H}, L={L}, D={D}, bf16; 32 x 32 tiles empty / partial / full: {counts}")
+    return rows
+
+
+def triton_part(tok, examples, args, device):
+    """The Triton attention alone against SDPA, then whole pmlm steps: sdpa (train.py's default on CUDA), the
+    Triton kernel (fast.use_triton_bias), and sdpa without the relative bias (the floor)."""
+    import fast_bias_attention  # noqa: F401  (fails here without triton)
+    rows = attention_alone(tok, examples, args, device)
+    say("\n| attention alone (one layer) | ms | output vs sdpa + bias |\n|---|---|---|")
+    for label, ms, err in rows:
+        say(f"| {label} | {ms:.2f} | {err:.1e} |")
+    steps = []
+    # dropout 0.1 as bench_train.py; the Triton kernel has no dropout on the attention weights (as flex), so
+    # sdpa + bias also runs with every dropout off
+    runs = (("sdpa + bias (BucketBias), train.py's default", "sdpa", False, {}),
+            ("sdpa + bias (BucketBias), dropout 0", "sdpa", False, {"dropout": 0.0}),
+            ("triton (fast_bias_attention.py), no attention dropout", "flex", True, {}),
+            ("sdpa, no relative bias", "sdpa", False, {"rel_pos_buckets": 0}))
+    for label, impl, triton, overrides in runs:
+        args.model_overrides = overrides
+        try:
+            s = build_step("pmlm", impl, {}, tok, examples, args, device)
+            if triton:
+                fast.use_triton_bias(s["model"])
+            steps.append((label, timed(s["step"], s["batches"], args.warmup, device) * 1000))
+            del s
+        except Exception as e:
+            steps.append((label, float("nan")))
+            say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+        say(f"pmlm step, {steps[-1][0]}: {steps[-1][1]:.1f} ms")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    args.model_overrides = {}
+    say("\n| pmlm step (compiled blocks, bf16) | ms a step |\n|---|---|")
+    for label, ms in steps:
+        say(f"| {label} | {ms:.1f} |")
+
+
+# --------------------------------------------------------------------------------------------------
 # --part copy: PALM's additive copy scores (Eq. 3), several ways
 
 
@@ -274,7 +382,7 @@ def copy_part(args, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=["steps", "bias", "copy"], default="steps")
+    ap.add_argument("--part", choices=["steps", "bias", "copy", "triton"], default="steps")
     ap.add_argument("--only", default="unilm,pmlm,pmlm flex,palm (copy),palm (no copy)")
     ap.add_argument("--preset", default="base")
     ap.add_argument("--seq_len", type=int, default=512)
@@ -288,7 +396,8 @@ def main():
     args = ap.parse_args()
     if args.tiny:
         args.preset, args.seq_len, args.batch, args.vocab, args.steps, args.warmup = "tiny", 64, 4, 1000, 2, 1
-    args.model_overrides = {}
+    # bench_train.build_step's settings this script does not vary: blocks compiled for static shapes
+    args.model_overrides, args.dynamic = {}, False
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     say(f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
         f"preset {args.preset}, batch {args.batch}, text {args.seq_len}, {time.strftime('%Y-%m-%d')}")
@@ -308,6 +417,8 @@ def main():
                 torch.cuda.empty_cache()
     elif args.part == "bias":
         bias_part(tok, examples, args, device)
+    elif args.part == "triton":
+        triton_part(tok, examples, args, device)
     else:
         copy_part(args, device)
     if os.environ.get("OUT"):

@@ -121,6 +121,14 @@ SYSTEMS = {
     "ernie_gen/ft noise 0/no pre-training": system("ernie_gen", control=True,
                                                    ft=dict(rho_f=0.0), seeds=(0,),
                                                    ablation_of="ernie_gen/no pre-training"),
+    # which half holds ERNIE-GEN's gap (1 seed, no new pre-training): its fine-tuning and infilling
+    # decoding on pmlm's pre-trained weights ([ATTN] starts untrained there, the relative bias is
+    # pmlm's), and pmlm's fine-tuning on ERNIE-GEN's weights (no relative bias: a checkpoint fixes
+    # the shapes). Near pmlm's score -> the pre-training is the gap; near ernie_gen's -> the recipe
+    "ernie_gen/ft from pmlm": system("ernie_gen", ft_task=ERNIE_FT, pretrained_as="pmlm",
+                                     ablation_of="ernie_gen", seeds=(0,)),
+    "pmlm/ft from ernie_gen": system("pmlm", pretrained_as="ernie_gen", ablation_of="pmlm",
+                                     seeds=(0,)),
 }
 # what pre-training adds: each pre-trained system and the same fine-tuning from random weights
 GAIN_PAIRS = [("unilm", "unilm/no pre-training"), ("pmlm", "pmlm/no pre-training"),

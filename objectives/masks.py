@@ -17,6 +17,8 @@ the pictures). ONE rule makes every mask (`may_attend`), from two per-token vect
 
 The builders below write out each paper's mask the way it draws it; the tests hold every one equal
 to the rule. docs/how-it-fits-together.md ("One rule makes every mask") says where each is built.
+Where the speed layer packs several passages into one row, a third vector, passage, adds "and
+only its own passage" to the rule (attention_mask).
 """
 from dataclasses import dataclass
 
@@ -51,16 +53,20 @@ def may_attend(q_kind, q_step, k_kind, k_step, same):
     return sees_context | orig_sees_orig | query_sees_orig | pseudo_sees_step | span_sees_itself
 
 
-def attention_mask(kind, step, start=0):
+def attention_mask(kind, step, start=0, passage=None):
     """(B, L) kind and step -> (B, L - start, L) bool: may_attend for every (query, key) pair, on
     kind's device; queries from column `start` on (a decoder with a KV cache asks only for the rows
-    of its new tokens)."""
+    of its new tokens). passage (B, L): where a row holds several packed passages (fast.py), which
+    one each token belongs to; a token sees only its own passage."""
     L = kind.size(1)
     i = torch.arange(start, L, device=kind.device)
     same = (i[:, None] == torch.arange(L, device=kind.device))[None]    # (1, L - start, L)
-    return may_attend(kind[:, start:, None], step[:, start:, None],     # queries (B, L - start, 1)
-                      kind[:, None, :], step[:, None, :],               # keys (B, 1, L)
-                      same)
+    allowed = may_attend(kind[:, start:, None], step[:, start:, None],  # queries (B, L - start, 1)
+                         kind[:, None, :], step[:, None, :],            # keys (B, 1, L)
+                         same)
+    if passage is None:
+        return allowed
+    return allowed & (passage[:, start:, None] == passage[:, None, :])
 
 
 @dataclass(frozen=True)
@@ -70,9 +76,11 @@ class MaskSpec:
     kind and step inside its kernel (fast.mask_mod)."""
     kind: torch.Tensor        # (B, L)
     step: torch.Tensor        # (B, L)
+    # (B, L) which passage each token is, in rows packed with several (fast.py); None: one a row
+    passage: torch.Tensor = None
 
     def dense(self):
-        return attention_mask(self.kind, self.step)
+        return attention_mask(self.kind, self.step, passage=self.passage)
 
 
 # --- UniLM: the four LMs, from lengths ------------------------------------------------------------

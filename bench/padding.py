@@ -1,0 +1,156 @@
+"""How much of a pre-training batch is padding, per objective, one passage a row against packed rows.
+
+    python bench/padding.py                                   # the embedded corpus, base settings
+    python bench/padding.py --data /path/to/corpus            # a text file or folder (train.py --data)
+    python bench/padding.py --batches 20 --batch 32 --seq_len 512
+
+Batches are train.py's: data.prepare_pretrain's passages of seq_len - 3 tokens, data.batch_at's draw of
+`batch` of them, the objective's make_batch (PALM in stage 2, with its continuation; ERNIE-GEN without a span
+vocabulary, which changes no length). For each objective the table gives the share of padding positions in
+the tensors the blocks run on (B x L), over `batches` batches:
+  one a row      the objective's own batch: every passage in its own row, padded to the longest
+  packed         fast.plan_packing: passages packed several to a row, rows of fast.pack_width (the longest
+                 passage or a little wider, whichever costs the blocks least): `sdpa` prices a row's width with
+                 the preset's dense attention (fast.key_cost: every key of the row is computed), `flex` at no
+                 cost (FlexAttention skips the tiles between passages), as train.py does for each path
+  x64            the same with lengths rounded up to a multiple of 64 (train.py's setting when it compiles)
+and rows, the rows the packed batch has (the batch's passages in fewer rows). Runs on a CPU in seconds
+(after the corpus's vocabulary and tokens are cached).
+
+    python bench/padding.py --speed tiny --seq_len 128 --batch 16 --batches 12    # + training speed on a CPU
+
+--speed PRESET also times training steps (forward, backward, AdamW) of a PRESET model on this device, the same
+batches one passage a row and packed (train.py --pack true), alternating so that a busy machine slows both alike:
+tokens/s are real tokens (padding excluded) over the median step time, the first step of each left out; the
+fastest steps' ratio beside it (on a machine shared with other work the fastest step is the steadier figure).
+"""
+import argparse
+import random
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch                                        # noqa: E402
+
+import data                                         # noqa: E402
+import fast                                         # noqa: E402
+import model as M                                   # noqa: E402
+from objectives import get_objective                # noqa: E402
+from objectives.masks import PAD                    # noqa: E402
+
+NAMES = ("unilm", "pmlm", "ernie_gen", "palm", "mass")
+
+
+def padding(batches, multiple, packing, key_cost=0.0):
+    """Share of padding slots over the batches' (rows x width) tensors -> (share, rows per batch)."""
+    real = slots = rows = 0
+    for batch in batches:
+        real += int((batch.kind != PAD).sum())
+        if packing:
+            n, width = fast.plan_packing(batch, multiple, key_cost).extras["pack_shape"]
+        else:
+            n, L = batch.kind.shape
+            width = -(-L // multiple) * multiple
+        slots += n * width
+        rows += n
+    return 1 - real / slots, rows / len(batches)
+
+
+def key_cost(preset, vocab_size):
+    """fast.key_cost of the preset's model (built on the meta device: shapes only, no memory)."""
+    with torch.device("meta"):
+        model = M.Transformer(M.ModelConfig(**{**M.PRESETS[preset], "vocab_size": vocab_size}))
+    return fast.key_cost(model)
+
+
+def measure(name, passages, tok, args):
+    obj = get_objective(name, tok, max_len=args.seq_len)
+    obj.set_step(10 ** 9, 10 ** 9)                 # PALM: stage 2, the continuation included
+    batches = []
+    for k in range(args.batches):
+        examples = data.batch_at(passages, args.batch, args.seed, k)
+        batches.append(obj.make_batch(examples, random.Random(f"{args.seed}:0:{k}:0")))
+    row = {"objective": name}
+    row["one a row"], _ = padding(batches, 1, False)
+    row["one a row x64"], _ = padding(batches, 64, False)
+    cost = key_cost(args.preset, len(tok))
+    row["sdpa"], row["rows"] = padding(batches, 1, True, cost)
+    row["sdpa x64"], row["rows x64"] = padding(batches, 64, True, cost)
+    row["flex"], _ = padding(batches, 1, True, 0.0)
+    row["flex x64"], _ = padding(batches, 64, True, 0.0)
+    return row
+
+
+def speed(name, passages, tok, args):
+    """Median step time (s) one passage a row and packed, and real tokens per step, on this device."""
+    obj = get_objective(name, tok, max_len=args.seq_len)
+    obj.set_step(10 ** 9, 10 ** 9)
+    cfg = M.ModelConfig(**{**M.PRESETS[args.speed], "vocab_size": len(tok), **obj.model_defaults})
+    torch.manual_seed(0)
+    model = M.Transformer(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cost = fast.key_cost(model)
+    times = {False: [], True: []}
+    tokens = []
+    for k in range(args.batches):
+        examples = data.batch_at(passages, args.batch, args.seed, k)
+        batch = obj.make_batch(examples, random.Random(f"{args.seed}:0:{k}:0"))
+        tokens.append(batch.n_tokens)
+        # alternate the order: a machine that slows down mid-step slows both
+        for packed in ((False, True) if k % 2 else (True, False)):
+            view = fast.packed(model, fast.plan_packing(batch, 1, cost)) if packed else model
+            t0 = time.perf_counter()
+            obj.loss(view, batch)[0].backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            times[packed].append(time.perf_counter() - t0)
+    per_step = statistics.mean(tokens[1:])
+    fastest = {p: min(t[1:]) for p, t in times.items()}
+    return {p: statistics.median(t[1:]) for p, t in times.items()}, fastest, per_step
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="", help="a text file or folder; '' = the embedded corpus")
+    ap.add_argument("--seq_len", type=int, default=512)
+    ap.add_argument("--preset", default="base", help="the model size whose attention cost picks the width")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batches", type=int, default=50)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--cache", default=".cache")
+    ap.add_argument("--only", default=",".join(NAMES))
+    ap.add_argument("--speed", default="", help="a preset: also time its training steps, unpacked and packed")
+    args = ap.parse_args()
+    tok, splits, info = data.prepare_pretrain(args.data or None, args.vocab, args.cache,
+                                              max_tokens=args.seq_len - 3, progress=True)
+    passages = splits["train"]
+    warnings.simplefilter("ignore")                # truncation and span-vocabulary notices
+    rows = [measure(name, passages, tok, args) for name in args.only.split(",")]
+    print(f"\n{args.data or 'the embedded corpus'}: {len(passages)} passages, text {args.seq_len}, "
+          f"batch {args.batch}, {args.batches} batches, vocab {len(tok)}, preset {args.preset}")
+    print("| objective | one a row | packed, sdpa | packed, flex | rows (sdpa) | one a row x64 | packed x64, sdpa "
+          "| packed x64, flex | rows x64 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['objective']} | {r['one a row']:.1%} | {r['sdpa']:.1%} | {r['flex']:.1%} | {r['rows']:.1f} | "
+              f"{r['one a row x64']:.1%} | {r['sdpa x64']:.1%} | {r['flex x64']:.1%} | {r['rows x64']:.1f} |")
+    if not args.speed:
+        return
+    print(f"\ntraining steps of the {args.speed} preset on {torch.get_num_threads()} CPU thread(s), torch "
+          f"{torch.__version__}, {args.batches} batches (sdpa; the first step of each way left out)")
+    print("| objective | one a row: step ms | tokens/s | packed: step ms | tokens/s | packed / one a row "
+          "| fastest steps |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.only.split(","):
+        sec, fastest, tokens = speed(name, passages, tok, args)
+        print(f"| {name} | {sec[False] * 1000:.0f} | {tokens / sec[False]:,.0f} | {sec[True] * 1000:.0f} | "
+              f"{tokens / sec[True]:,.0f} | {sec[False] / sec[True]:.2f}x | "
+              f"{fastest[False] / fastest[True]:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
