@@ -12,7 +12,7 @@ Position ids are always explicit ([P] and [ATTN] reuse their token's). The mask 
 dense (B, L, L) bool tensor (True = query i may attend key j) or a MaskSpec built here. One entry
 point, `attention()`, two paths the tests hold equal: naive (written out) and sdpa (fused). The
 relative position bias (UniLMv2 4.1, T5's buckets) is computed once per forward; `KVCache` lets
-generate.py run only each step's new tokens. The GPU speed layer, fast.py, is reached by
+generate.py run only each step's new tokens. The GPU speed layer, fast/, is reached by
 `attn_impl="flex"` and `fast.speed_up(model)`; on a CPU nothing here uses it.
 Left out: rotary embeddings, GQA, MoE; pre-LN where the papers' BERT is post-LN (say so when
 comparing).
@@ -267,7 +267,7 @@ class Block(nn.Module):
 
 def additive_scores(hm, ws, w):
     """PALM's Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d),
-    ws (B, T, d) -> (B, T, S), through a (B, T, S, d) tensor kept for backward (fast.py fuses
+    ws (B, T, d) -> (B, T, S), through a (B, T, S, d) tensor kept for backward (fast/ fuses
     it)."""
     return (torch.tanh(hm[:, None] + ws[:, :, None]) * w).sum(-1)     # (B, T, S, d) -> (B, T, S)
 
@@ -424,7 +424,7 @@ class Transformer(nn.Module):
 
     def encode(self, x, position_ids, attn_mask: Mask, cache=None):
         """Run the blocks over embeddings x (B, L, d). attn_mask: (B, L, Lc + L) bool with Lc
-        cached keys, or a MaskSpec built here (dense; for flex, fast.py's block-sparse mask)."""
+        cached keys, or a MaskSpec built here (dense; for flex, the fast layer's block-sparse mask)."""
         if isinstance(attn_mask, MaskSpec):
             if self.config.attn_impl == "flex" and cache is None:
                 return fast.encode_flex(self, x, position_ids, attn_mask)

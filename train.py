@@ -109,7 +109,7 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
 
 
 def use_fast_layer(model, objective, cfg, device):
-    """The one place train.py reaches for GPU speed (fast.py): on CUDA (or with --compile true)
+    """The one place train.py reaches for GPU speed (fast/): on CUDA (or with --compile true)
     the Transformer blocks compiled, and the GPU versions of the relative bias and the copy
     scores. On a CPU the readable path runs as it is."""
     if model.config.attn_impl == "flex" and device.type != "cuda":

@@ -1,8 +1,8 @@
-"""On a GPU, every piece of the fast layer (fast.py) must still equal its readable twin (CPU tests see only forward
+"""On a GPU, every piece of the fast layer (fast/) must still equal its readable twin (CPU tests see only forward
 passes of FlexAttention and SDPA's math backend, and no CUDA graph).
 
     python bench/check_cuda.py
-    python bench/check_cuda.py triton      # only fast_bias_attention.py's checks (bench/check_triton.py)
+    python bench/check_cuda.py triton      # only fast/triton_bias.py's checks (bench/check_triton.py)
 
 For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
   - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (fast.encode_flex: block mask from
@@ -17,7 +17,7 @@ and PALM's compiled copy scores (fast.compiled_additive_scores) against model.ad
 fast.BucketBias against RelativePositionBias.lookup, beam decoding with the readable KV cache against recomputation
 (tokens identical), and decoding with fast.StaticStep replayed as a CUDA graph against the readable cache (greedy and
 beam 3, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps (the
-graph then gives way to the eager static step), and fast_bias_attention.py's Triton attention (bench/check_triton.py at
+graph then gives way to the eager static step), and fast/triton_bias.py's Triton attention (bench/check_triton.py at
 base size). Prints a table; exits non-zero if a check fails. Without CUDA it
 exits with one line saying so (status 2).
 """
@@ -180,12 +180,12 @@ def check_bucket_bias(dev, rows):
 
 
 def check_triton_bias(dev, rows):
-    """fast_bias_attention.py (Triton: the relative bias and the mask rule inside the tiles) against the readable
+    """fast/triton_bias.py (Triton: the relative bias and the mask rule inside the tiles) against the readable
     path: bench/check_triton.py's checks at small and base size, values and gradients (q, k, v, the bias table),
     fp32 and bf16, tile skipping, and the pmlm model through fast.use_triton_bias (compiled blocks too)."""
     try:
         from bench import check_triton
-        import fast_bias_attention                                       # noqa: F401
+        from fast import triton_bias                                     # noqa: F401
     except ImportError as e:
         rows.append(("pmlm", "triton attention", f"not importable: {e}", False))
         return False

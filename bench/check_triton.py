@@ -1,4 +1,4 @@
-"""fast_bias_attention.py (the Triton attention with the relative bias) against the readable path.
+"""fast/triton_bias.py (the Triton attention with the relative bias) against the readable path.
 
     python bench/check_triton.py            # a CPU: Triton's interpreter (TRITON_INTERPRET=1)
     python bench/check_triton.py --base     # a GPU: also base size (B 8, H 12, L 704, D 64)
@@ -14,7 +14,7 @@ seeing themselves) and bias (RelativePositionBias, -inf where the mask says no):
     (several passages a row, MaskSpec.passage where objectives/masks.py has it);
   - that fully masked tiles are skipped: NaN in the keys and values that only such tiles hold
     leaves the other rows' output and dQ finite;
-  - packed rows through the model (fast.plan_packing, where fast.py has it): loss and gradients;
+  - packed rows through the model (fast.plan_packing, where fast/ has it): loss and gradients;
   - the whole model (pmlm, 2 layers; --base: the base preset too) through fast.use_triton_bias
     against the naive path: final states and every parameter's gradient (fp32); on a GPU also the
     final states under bf16 autocast and with compiled blocks against eager ones.
@@ -68,7 +68,7 @@ def spec_of(kind, step, passage):
 
 
 def inputs_for(rel_bias, pos, kind, step, passage):
-    import fast_bias_attention as FBA
+    from fast import triton_bias as FBA
     holder = torch.nn.Module()
     holder.rel_bias = rel_bias
     return FBA.inputs(holder, pos, spec_of(kind, step, passage))
@@ -85,7 +85,7 @@ def run(fn, q, k, v, table, g):
 
 def compare(label, layout, dev, H, D, rows, seed=0):
     """The kernel against the naive path on one layout (pos, kind, step, passage), fp32 and bf16."""
-    import fast_bias_attention as FBA
+    from fast import triton_bias as FBA
     pos, kind, step, passage = (t.to(dev) if t is not None else None for t in layout)
     B, L = kind.shape
     torch.manual_seed(seed)
@@ -187,7 +187,7 @@ def packed_layout(B, L, seed=0):
 def check_skipping(dev, rows):
     """NaN in the keys and values of a part no query of the first tile may see: the tile is skipped,
     so the first tile's output and dQ stay finite (any product with NaN would spread it)."""
-    import fast_bias_attention as FBA
+    from fast import triton_bias as FBA
     L = 256
     kind = torch.full((1, L), masks.CTX)
     kind[0, 128:] = masks.ORIG                          # CTX never sees ORIG: tiles (0, 1) empty
@@ -297,7 +297,7 @@ def check_build(rows):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    import fast_bias_attention as FBA
+    from fast import triton_bias as FBA
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     pointers = dict(LSE="fp32", DELTA="fp32", BIAS="fp32", DTABLE="fp32", TILES="i8")
     ints = {"H", "L", "n_tiles", "n_dist", "offset"}
@@ -325,7 +325,7 @@ def check_build(rows):
                 kernel = triton.compile(ASTSource(fn, signature, constexprs=consts),
                                         target=GPUTarget("cuda", 90, 32),
                                         options=dict(num_warps=warps, num_stages=stages))
-                cubin = Path(os.environ.get("TMPDIR", "/tmp"), "fast_bias_attention.cubin")
+                cubin = Path(os.environ.get("TMPDIR", "/tmp"), "triton_bias.cubin")
                 cubin.write_bytes(kernel.asm["cubin"])
                 usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)],
                                        capture_output=True, text=True).stdout
@@ -354,7 +354,7 @@ def check(dev, base=False):
     ok &= check_skipping(dev, rows)
     ok &= check_model(dev, rows)
     import fast
-    if hasattr(fast, "plan_packing"):                      # fast.py with packing (train.py --pack)
+    if hasattr(fast, "plan_packing"):                      # fast/ with packing (train.py --pack)
         ok &= check_packed_model(dev, rows)
     if base:
         ok &= check_model(dev, rows, preset="base", text=509, batch=4)

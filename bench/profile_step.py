@@ -3,7 +3,7 @@
     python bench/profile_step.py --part steps    # torch.profiler over a few bare steps of each run: the top kernels
     python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
     python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways
-    python bench/profile_step.py --part triton   # fast_bias_attention.py (Triton) against SDPA: attention, pmlm step
+    python bench/profile_step.py --part triton   # fast/triton_bias.py (Triton) against SDPA: attention, pmlm step
     python bench/profile_step.py --tiny          # CPU smoke run of both parts
 
 Same model, batches and step as bench/bench_train.py (base preset, batch 32, 512 text tokens, bf16, compiled
@@ -145,7 +145,7 @@ def dense_bincount(self, q_pos, k_pos):
     return BincountBias.apply(w, self.buckets(q_pos, k_pos), M.compute_dtype(q_pos.device, w.dtype))
 
 
-DENSE = {"index_select (model.py)": dense_index_select, "BucketBias (fast.py, GPU)": dense_model,
+DENSE = {"index_select (model.py)": dense_index_select, "BucketBias (fast/, GPU)": dense_model,
          "embedding": dense_embedding, "one-hot bmm per example": dense_onehot, "bincount": dense_bincount}
 
 # The FlexAttention ways: the bias read inside the kernel; its gradient is added atomically into the table the
@@ -162,7 +162,7 @@ def flex_one_table(self):
     return mod
 
 
-FLEX = {"flex, one bf16 table": flex_one_table, "flex, 128 fp32 copies (fast.py)": fast.FlexBias.score_mod}
+FLEX = {"flex, one bf16 table": flex_one_table, "flex, 128 fp32 copies (fast/)": fast.FlexBias.score_mod}
 
 
 def bias_alone(fn, rel_bias, B, L, device, reps=10):
@@ -231,14 +231,14 @@ def bias_part(tok, examples, args, device):
 
 
 # --------------------------------------------------------------------------------------------------
-# --part triton: fast_bias_attention.py's Triton attention against SDPA, alone and in a pmlm step
+# --part triton: fast/triton_bias.py's Triton attention against SDPA, alone and in a pmlm step
 
 
 def attention_alone(tok, examples, args, device):
     """One attention call (forward + backward, bf16) on a real pmlm batch's layout: SDPA with the dense
     bias-with-mask needing a gradient (today's path in each layer), SDPA with the boolean mask and no bias (the
     floor), and the Triton kernel with several tile shapes. -> rows (label, ms, relative error of the output)."""
-    import fast_bias_attention as FBA
+    from fast import triton_bias as FBA
     from objectives import get_objective
     obj = get_objective("pmlm", tok, max_len=M.PRESETS[args.preset]["max_position"])
     b = obj.make_batch(examples[:args.batch], random.Random(0)).to(device)
@@ -303,7 +303,7 @@ def attention_alone(tok, examples, args, device):
 def triton_part(tok, examples, args, device):
     """The Triton attention alone against SDPA, then whole pmlm steps: sdpa (train.py's default on CUDA), the
     Triton kernel (fast.use_triton_bias), and sdpa without the relative bias (the floor)."""
-    import fast_bias_attention  # noqa: F401  (fails here without triton)
+    from fast import triton_bias  # noqa: F401  (fails here without triton)
     rows = attention_alone(tok, examples, args, device)
     say("\n| attention alone (one layer) | ms | output vs sdpa + bias |\n|---|---|---|")
     for label, ms, err in rows:
@@ -313,7 +313,7 @@ def triton_part(tok, examples, args, device):
     # sdpa + bias also runs with every dropout off
     runs = (("sdpa + bias (BucketBias), train.py's default", "sdpa", False, {}),
             ("sdpa + bias (BucketBias), dropout 0", "sdpa", False, {"dropout": 0.0}),
-            ("triton (fast_bias_attention.py), no attention dropout", "flex", True, {}),
+            ("triton (fast/triton_bias.py), no attention dropout", "flex", True, {}),
             ("sdpa, no relative bias", "sdpa", False, {"rel_pos_buckets": 0}))
     for label, impl, triton, overrides in runs:
         args.model_overrides = overrides
@@ -352,7 +352,7 @@ def copy_part(args, device):
               for n in (S, T))
     w = torch.randn(d, device=device, generator=g).requires_grad_()
     cuda = device.type == "cuda"
-    ways = {"compiled (fast.py)" if cuda else "written out (model.py)":
+    ways = {"compiled (fast/)" if cuda else "written out (model.py)":
             fast.compiled_additive_scores() if cuda else M.additive_scores,
             "compiled, max-autotune": torch.compile(M.additive_scores, dynamic=True,
                                                     mode="max-autotune-no-cudagraphs") if cuda else None,

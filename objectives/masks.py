@@ -56,7 +56,7 @@ def may_attend(q_kind, q_step, k_kind, k_step, same):
 def attention_mask(kind, step, start=0, passage=None):
     """(B, L) kind and step -> (B, L - start, L) bool: may_attend for every (query, key) pair, on
     kind's device; queries from column `start` on (a decoder with a KV cache asks only for the rows
-    of its new tokens). passage (B, L): where a row holds several packed passages (fast.py), which
+    of its new tokens). passage (B, L): where a row holds several packed passages (fast/), which
     one each token belongs to; a token sees only its own passage."""
     L = kind.size(1)
     i = torch.arange(start, L, device=kind.device)
@@ -76,7 +76,7 @@ class MaskSpec:
     kind and step inside its kernel (fast.mask_mod)."""
     kind: torch.Tensor        # (B, L)
     step: torch.Tensor        # (B, L)
-    # (B, L) which passage each token is, in rows packed with several (fast.py); None: one a row
+    # (B, L) which passage each token is, in rows packed with several (fast/); None: one a row
     passage: torch.Tensor = None
 
     def dense(self):

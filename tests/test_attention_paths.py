@@ -1,5 +1,5 @@
 """One truth per mask, three attention paths: the dense mask, FlexAttention's mask_mod and block mask, and the
-relative bias as a score_mod (the GPU speed layer, fast.py) all compute what the naive path computes (forward here on the CPU; values AND
+relative bias as a score_mod (the GPU speed layer, fast/) all compute what the naive path computes (forward here on the CPU; values AND
 gradients on a GPU in bench/check_cuda.py, since FlexAttention has no backward on a CPU)."""
 import random
 

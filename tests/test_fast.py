@@ -1,4 +1,4 @@
-"""The GPU speed layer (fast.py) equals the readable code it stands in for, wherever a piece can run on a CPU:
+"""The GPU speed layer (fast/) equals the readable code it stands in for, wherever a piece can run on a CPU:
 BucketBias against RelativePositionBias.lookup (values, gradients, float64 gradcheck), the speed_up switch, and the
 static-shape decoding step (fast.StaticStep, what a CUDA graph replays) against the readable KV cache and against
 recomputation: the same tokens and scores for all four objectives, greedy and beam, while rows leave the batch.

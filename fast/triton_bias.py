@@ -1,6 +1,6 @@
 """Flash attention with UniLMv2's relative position bias and the project's mask rule, in Triton.
 
-The GPU speed layer's kernel for the pmlm objective (fast.py reaches it through one switch,
+The GPU speed layer's kernel for the pmlm objective (fast/ reaches it through one switch,
 fast.use_triton_bias(model)). It equals the readable path, Transformer.encode's
 
     naive_attention(q, k, v, mask, bias)     mask = masks.attention_mask(kind, step), padding
@@ -347,7 +347,7 @@ def _launch_constants(q, table, distance_bucket, tiles):
     """What every kernel takes besides the tensors."""
     B, H, L, D = q.shape
     if D not in (16, 32, 64, 128):
-        raise ValueError(f"fast_bias_attention: head size {D} is not 16, 32, 64 or 128")
+        raise ValueError(f"triton_bias: head size {D} is not 16, 32, 64 or 128")
     # the bias table by distance and head, in base 2: bias[h, d + offset] (H, 2P - 1)
     bias = (table.float().t()[:, distance_bucket] * LOG2E).contiguous()
     n_dist = distance_bucket.numel()

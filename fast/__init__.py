@@ -15,7 +15,7 @@ The switches that reach it (on a CPU the readable path is the default everywhere
     train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
                                         the Packed view in train.LossModule
     generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph
-    fast.use_triton_bias(model)         fast_bias_attention.py's Triton kernel on the flex path
+    fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
 Objectives, notebooks and exercises never import this file.
 
 Pieces, their readable twins and the tests that hold them equal:
@@ -28,12 +28,12 @@ Pieces, their readable twins and the tests that hold them equal:
     plan_packing, Packed       the model on one passage a row       tests/test_packing.py
     GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
     use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU:
-                               (fast_bias_attention.py)             the interpreter), check_cuda
+                               (fast/triton_bias.py)                the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
-One hand-written Triton kernel, fast_bias_attention.py (pmlm's relative bias inside the tiles),
+One hand-written Triton kernel, fast/triton_bias.py (pmlm's relative bias inside the tiles),
 needs triton (not a requirement of the project). Left out: fused optimizers, FP8, paged caches;
-packing across batches (each batch's own passages are packed: on a corpus of long documents about
-5% of the rows stays padding, bench/padding.py).
+packing across batches (each batch's own passages are packed; the padding left, per objective and
+corpus, is measured by bench/padding.py).
 """
 from typing import NamedTuple
 
@@ -204,7 +204,7 @@ def flex(q, k, v, mask, bias):
     """model.attention's "flex" path: q, k, v (B, H, L, D), mask a block_mask, bias a FlexBias or
     None -> (B, H, L, D). Twin: model.naive_attention. FlexAttention has no dropout on the attention
     weights, so this path has none (the residual and embedding dropout stay)."""
-    # use_triton_bias: the mask is fast_bias_attention.Inputs (mask and bias), its attend the kernel
+    # use_triton_bias: the mask is triton_bias.Inputs (mask and bias), its attend the kernel
     if hasattr(mask, "attend"):
         return mask.attend(q, k, v)
     score_mod = bias.score_mod() if bias is not None else None
@@ -215,10 +215,10 @@ def encode_flex(model, x, position_ids, spec: MaskSpec):
     """Transformer.encode on the FlexAttention path: one block mask and one score_mod (the relative
     bias) shared by every layer. Twin: Transformer.encode with the dense mask
     (tests/test_attention_paths.py)."""
-    # use_triton_bias: fast_bias_attention's kernel instead of FlexAttention
+    # use_triton_bias: triton_bias's kernel instead of FlexAttention
     if getattr(model, "triton_bias", False):
-        import fast_bias_attention
-        return fast_bias_attention.encode(model, x, position_ids, spec)
+        from fast import triton_bias
+        return triton_bias.encode(model, x, position_ids, spec)
     if x.device.type != "cuda" and torch.is_grad_enabled():
         raise RuntimeError("attn_impl=flex trains on CUDA only (FlexAttention has no backward "
                            "on a CPU); use sdpa here")
@@ -350,18 +350,18 @@ def packed(model, batch):
 
 
 # --------------------------------------------------------------------------------------------------
-# The switch into fast_bias_attention.py: a Triton flash attention with the relative bias
+# The switch into fast/triton_bias.py: a Triton flash attention with the relative bias
 
 
 def use_triton_bias(model, on=True):
-    """Run the model's attention through fast_bias_attention.py's Triton kernel (the mask rule and
+    """Run the model's attention through fast/triton_bias.py's Triton kernel (the mask rule and
     the relative position bias inside the tiles, the bias gradient reduced per tile): the "flex"
     path's encode_flex hands every block that kernel's inputs. CUDA, or a CPU under Triton's
     interpreter (TRITON_INTERPRET=1, slow: tests only). Needs triton, which the project does not
     require. Twin: Transformer.encode on the naive path (bench/check_triton.py; bench/check_cuda.py
     on a GPU). -> model."""
     if on:
-        import fast_bias_attention                      # noqa: F401  (fails here without triton)
+        from fast import triton_bias                    # noqa: F401  (fails here without triton)
         model.config.attn_impl = "flex"
     model.triton_bias = on
     return model
