@@ -150,7 +150,9 @@ def launch(args, tmp_path, corpus, out, ddp=False):
 
 
 def records(out):
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # the run may be writing its last line at this moment: only whole lines count
+    text = (out / "metrics.jsonl").read_text()
+    return [json.loads(line) for line in text.split("\n")[:-1] if line]
 
 
 def wait_for_step(proc, out, step, timeout=240):
