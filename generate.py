@@ -128,6 +128,11 @@ class Decoder:
         mask = masks.attention_mask(kind, step, start)
         return ids[:, start:], pos[:, start:], seg[:, start:], mask
 
+    def next_inputs(self):
+        """What logprobs runs next: ids, positions, segments (N, n_new) and mask rows (N, n_new, L)
+        of the columns not in the cache yet (with the query token; every column without a cache)."""
+        return self._inputs(len(self.cache) if self.cache is not None else 0)
+
     def _source_extras(self, h):
         """What decode_logprobs may use (PALM's copy head): source states, ids, real-token mask."""
         real = torch.arange(self.S, device=h.device)[None] < self.src_len[:, None]    # (N, S)
@@ -139,8 +144,7 @@ class Decoder:
         if self.fast is not None:
             return self.fast.logprobs(self)
         # without a cache every column runs again
-        start = len(self.cache) if self.cache is not None else 0
-        h = self.model(*self._inputs(start), cache=self.cache)                 # (N, n_new, d)
+        h = self.model(*self.next_inputs(), cache=self.cache)                  # (N, n_new, d)
         if self.cache is None:
             self.source = self._source_extras(h)
         elif (n := h.size(1) - (self.query is not None)) > 0:

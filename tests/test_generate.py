@@ -93,6 +93,30 @@ def test_teacher_forced_scores_cache_equals_no_cache(name):
         assert (x < 0).all()
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_next_inputs_are_the_step_logprobs_runs(name):
+    """Decoder.next_inputs (what 04_ernie_gen.ipynb draws): at step t, y_t-1 @ S+t-1 and the query token @ S+t
+    (no query token: y_t-1 @ S+t), whose mask row sees the source, y_<t and itself; logprobs runs exactly them."""
+    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
+    src, ys = [9, 10, 11], [12, 13, 14]
+    S = len(src) + 2
+    dec = G.Decoder(model, obj, [src], 8)
+    query = obj.query_token and TOK.token_to_id(obj.query_token)
+    for t, y in enumerate(ys):
+        ids, pos, seg, mask = dec.next_inputs()
+        fed = ([ys[t - 1]] if t else [] if query else [TOK.sos_id]) + ([query] if query else [])
+        assert ids[0].tolist() == fed
+        assert pos[0].tolist() == list(range(S + t + 1 - len(fed), S + t + 1))   # ..., S+t: the query's place
+        assert (seg[0] == obj.segments[1]).all()
+        assert mask[0, -1].tolist() == [True] * (S + t + 1)           # the source, y_<t and itself
+        # logprobs runs those columns: the same scores as a decoder that recomputes every column
+        full = G.Decoder(model, obj, [src], 8, use_cache=False)
+        for y_done in ys[:t]:
+            full.append(torch.tensor([y_done]))
+        assert torch.allclose(dec.logprobs(), full.logprobs(), atol=1e-5)
+        dec.append(torch.tensor([y]))
+
+
 def test_cuda_graph_option_on_cpu():
     """None and False run the readable KV cache on a CPU (the fast layer's static step is for CUDA); True cannot run
     here: one line, up front."""
