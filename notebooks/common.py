@@ -3,6 +3,7 @@
     import common                                   # first cell of every notebook (run from notebooks/)
     path = common.tiny_checkpoint("pmlm")           # the README's main job, out/pmlm-pretrain/ckpt.pt
     path = common.tiny_checkpoint("palm", "lead")   # PALM fine-tuned on the lead-sentence task
+    path = common.tiny_checkpoint("ernie_gen", "lead-short")   # ERNIE-GEN on its short-source variant
     common.heatmap(ax, mask, rows, cols)            # a boolean or float matrix with readable token labels
     python notebooks/common.py                      # build every checkpoint the notebooks read, once
 
@@ -11,10 +12,13 @@ is the README's main job (`python train.py --objective pmlm`, out/pmlm-pretrain/
 serves every notebook, and each objective fine-tunes it with its own recipe, as train.py allows. The
 fine-tuned checkpoints live in .cache/notebooks/ at the repository root.
 
-The notebooks' generation task is the LEAD-SENTENCE task: a docstring body -> its first sentence. It is
-the embedded docsum task's sources with an easier target, which PALM's tiny model learns in 300 fine-tuning
-steps (the real summaries it does not: README, "Fine-tune, generate, evaluate"); ERNIE-GEN's gets 500. A notebook opened
-before its checkpoint exists says so in its first output, names this file's command, and builds it.
+The notebooks' generation task is the LEAD-SENTENCE task: a docstring body (its first 64 words) -> its
+first sentence. It is the embedded docsum task's sources with an easier target, which PALM's tiny model
+learns in 300 fine-tuning steps (the real summaries it does not: README, "Fine-tune, generate, evaluate").
+ERNIE-GEN's demo reads the same pairs with each source cut to its first 32 words ("lead-short": the target,
+at most 20 words, still lies inside it), fine-tuned 1,000 steps without target noise: 04_ernie_gen.ipynb
+says why. A notebook opened before its checkpoint exists says so in its first output, names this file's
+command, and builds it.
 Left out: any training recipe of its own (train.py's flags only), GPU-sized checkpoints.
 """
 import json
@@ -34,10 +38,14 @@ MAIN_JOB = ROOT / "out" / "pmlm-pretrain" / "ckpt.pt"
 PREPARE = "python notebooks/common.py"
 # the lead-sentence task: sources cut to this many words, first sentences of 3..20 words
 LEAD_SRC_WORDS, LEAD_MIN_WORDS, LEAD_MAX_WORDS = 64, 3, 20
-# fine-tuning steps on the lead task, by objective (batch 16): PALM's model learns the task in 300
-# (05_palm.ipynb); ERNIE-GEN's [ATTN] decoder, new to the main job and without a copy head, gets 500
-# and learns the sentences' frame, not yet their content words (04_ernie_gen.ipynb measures it)
-FINETUNE_STEPS = {"palm": 300, "ernie_gen": 500}
+# source words of each task: "lead-short" is the same pairs, sources cut further (the target still fits)
+TASK_SRC_WORDS = {"lead": LEAD_SRC_WORDS, "lead-short": 32}
+# fine-tuning recipes, by (objective, task), batch 16: (optimizer steps, train.py flags beyond the task).
+# PALM's model learns the lead task in 300 (05_palm.ipynb). ERNIE-GEN's [ATTN] decoder, without a copy
+# head, needs clean histories to learn copying (rho_f 0) and shorter sources to learn it in 1,000 steps
+# (04_ernie_gen.ipynb measures both)
+FINETUNE = {("palm", "lead"): (300, []),
+            ("ernie_gen", "lead-short"): (1000, ["--rho_f", "0"])}
 QUIET = ["--progress", "false", "--log_interval", "100", "--eval_interval", "100000",
          "--eval_batches", "1", "--ckpt_interval", "100000"]
 
@@ -48,8 +56,11 @@ def main_vocab_size():
     return config.RECIPES["tiny"]["vocab_size"]
 
 
-def lead_pairs(cache_dir=CACHE):
-    """{split: [(source, first sentence)]}: docsum's sources, each with its own first sentence as target."""
+def lead_pairs(task="lead", cache_dir=CACHE):
+    """{split: [(source, first sentence)]}: docsum's sources, each with its own first sentence as target;
+    task "lead-short" cuts each source to its first TASK_SRC_WORDS["lead-short"] words (the same pairs)."""
+    if task not in TASK_SRC_WORDS:
+        raise ValueError(f"task {task!r}: the lead tasks are {', '.join(TASK_SRC_WORDS)}")
     splits = {}
     for split, pairs in data.default_seq2seq(cache_dir).items():
         rows = []
@@ -58,16 +69,16 @@ def lead_pairs(cache_dir=CACHE):
             first = data.split_sentences(" ".join(words))[0]
             # a sentence cut by the 64-word budget has no end to find: skip it
             if LEAD_MIN_WORDS <= len(first.split()) <= LEAD_MAX_WORDS and first[-1] in ".!?":
-                rows.append((" ".join(words), first))
+                rows.append((" ".join(words[:TASK_SRC_WORDS[task]]), first))
         splits[split] = rows
     return splits
 
 
-def lead_task_file():
-    """The lead task as train.py reads it: .cache/notebooks/lead/train.jsonl (+ valid, test)."""
-    folder = CACHE / "notebooks" / "lead"
+def lead_task_file(task="lead"):
+    """A lead task as train.py reads it: .cache/notebooks/<task>/train.jsonl (+ valid, test)."""
+    folder = CACHE / "notebooks" / task
     folder.mkdir(parents=True, exist_ok=True)
-    for split, rows in lead_pairs().items():
+    for split, rows in lead_pairs(task).items():
         lines = "".join(json.dumps({"src": s, "tgt": t}) + "\n" for s, t in rows)
         path = folder / f"{split}.jsonl"
         if not path.exists() or path.read_text() != lines:
@@ -76,7 +87,8 @@ def lead_task_file():
 
 
 def tiny_checkpoint(objective="pmlm", task="pretrain"):
-    """Path of the main job's checkpoint (task "pretrain"), or of `objective` fine-tuned on the lead task.
+    """Path of the main job's checkpoint (task "pretrain"), or of `objective` fine-tuned on a lead task
+    with its recipe in FINETUNE.
 
     Built when missing, and rebuilt when it no longer fits the code or (fine-tuned) its recipe or the main job
     changed since, so that `python notebooks/execute.py --save` always refreshes the notebooks from scratch.
@@ -86,21 +98,31 @@ def tiny_checkpoint(objective="pmlm", task="pretrain"):
             announce(MAIN_JOB, "the README's main job, about 4.5 min on 2 CPU cores")
             run(["--objective", "pmlm", "--out_dir", str(MAIN_JOB.parent), "--overwrite", "true"])
         return MAIN_JOB
-    if task != "lead":
-        raise ValueError(f"task {task!r}: the notebooks use 'pretrain' or 'lead'")
-    out = CACHE / "notebooks" / f"{objective}-lead"
+    if (objective, task) not in FINETUNE:
+        known = ", ".join(f"{o!r} on {t!r}" for o, t in FINETUNE)
+        raise ValueError(f"{objective!r} on {task!r}: the notebooks fine-tune {known}")
+    steps, flags = FINETUNE[objective, task]
+    out = CACHE / "notebooks" / f"{objective}-{task}"
     pretrained = tiny_checkpoint("pmlm")
-    args = ["--objective", objective, "--task", "seq2seq", "--data", str(lead_task_file()),
-            "--init_from", str(pretrained), "--max_steps", str(FINETUNE_STEPS[objective]),
+    args = ["--objective", objective, "--task", "seq2seq", "--data", str(lead_task_file(task)),
+            "--init_from", str(pretrained), "--max_steps", str(steps), *flags,
             "--out_dir", str(out), "--overwrite", "true"]
     # what the checkpoint was made from: these settings and this main job
     recipe = json.dumps({"args": args, "pretrained": pretrained.stat().st_mtime_ns})
     stamp = out / "recipe.json"
     if not (fits(out / "ckpt.pt") and stamp.exists() and stamp.read_text() == recipe):
-        announce(out / "ckpt.pt", f"{FINETUNE_STEPS[objective]} steps of fine-tuning from the main job")
-        run(args + QUIET)
+        announce(out / "ckpt.pt", f"{steps} steps of fine-tuning from the main job")
+        seconds = run(args + QUIET)
+        # how long the fine-tuning took here: a notebook states its budget in steps and seconds
+        (out / "built.json").write_text(json.dumps({"seconds": seconds}))
         stamp.write_text(recipe)
     return out / "ckpt.pt"
+
+
+def build_seconds(path):
+    """Seconds train.py took to fine-tune this checkpoint on this machine (None if unknown)."""
+    built = Path(path).parent / "built.json"
+    return json.loads(built.read_text())["seconds"] if built.exists() else None
 
 
 def load_model(path):
@@ -133,8 +155,8 @@ def fits(path):
 
 def prepare():
     """Build every checkpoint the notebooks read (what `python notebooks/common.py` runs)."""
-    for name in ("palm", "ernie_gen"):
-        print(f"{name}: {tiny_checkpoint(name, 'lead').relative_to(ROOT)}", flush=True)
+    for objective, task in FINETUNE:
+        print(f"{objective}: {tiny_checkpoint(objective, task).relative_to(ROOT)}", flush=True)
 
 
 def announce(path, what):
@@ -145,7 +167,7 @@ def announce(path, what):
 
 
 def run(args):
-    """Run `python train.py ARGS` from the repository root, its log shown line by line."""
+    """Run `python train.py ARGS` from the repository root, its log shown line by line -> its seconds."""
     start = time.time()
     with subprocess.Popen([sys.executable, "train.py"] + args, cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True) as proc:
@@ -153,7 +175,9 @@ def run(args):
             print("  " + line.rstrip(), flush=True)
     if proc.returncode:
         raise RuntimeError(f"train.py {' '.join(args)} failed (exit status {proc.returncode})")
-    print(f"  built in {time.time() - start:.0f} s", flush=True)
+    seconds = round(time.time() - start)
+    print(f"  built in {seconds} s", flush=True)
+    return seconds
 
 
 def heatmap(ax, matrix, rows=None, cols=None, title=None, cmap="Blues", vmax=None, colorbar=None):

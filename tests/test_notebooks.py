@@ -68,6 +68,23 @@ def test_a_missing_checkpoint_is_announced_first_with_the_command_that_builds_it
     assert len(rows) > 1000 and all(r["src"].startswith(r["tgt"]) for r in rows)
 
 
+def test_ernie_gen_demo_task_is_the_lead_pairs_with_shorter_sources():
+    """"lead-short" (04_ernie_gen.ipynb's task) holds the lead task's pairs, each source cut to its first 32
+    words and still holding its target; a pair of objective and task without a recipe is refused."""
+    import sys
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import common
+    lead, short = common.lead_pairs("lead"), common.lead_pairs("lead-short")
+    assert set(short) == set(lead) == {"train", "valid", "test"}
+    for split in lead:
+        assert [t for _, t in short[split]] == [t for _, t in lead[split]]
+        for (whole, target), (cut, _) in zip(lead[split], short[split]):
+            assert whole.startswith(cut) and cut.startswith(target) and len(cut.split()) <= 32
+    assert any(len(s.split()) > 32 for s, _ in lead["train"])          # the cut is real
+    with pytest.raises(ValueError, match="fine-tune"):
+        common.tiny_checkpoint("ernie_gen", "lead")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_outputs_are_fresh_and_small(path):
     nb = json.loads(path.read_text())
