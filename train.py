@@ -119,19 +119,22 @@ def use_fast_layer(model, objective, cfg, device):
     if compiled:
         # few distinct lengths, few compilations
         objective.pad_multiple = 64
-    fast.speed_up(model, compile=compiled)
+    # packed rows (--pack) keep one width: the blocks compile once more, for any count of rows
+    packs = packing(cfg, model, device) is not None
+    fast.speed_up(model, compile=compiled, dynamic=None if packs else False)
 
 
 def packing(cfg, model, device):
     """--pack: None (one passage a row, the readable layout) or what data.StepBatches does to every
-    training batch: fast.plan_packing, several passages a row, widths a multiple of 64 where the
-    blocks are compiled (few shapes), priced by what a wider row costs the attention (nothing on the
-    flex path, which skips the tiles between passages)."""
+    training batch: several passages a row, all rows of one width where the blocks are compiled
+    (fast.SteadyPacking: one shape but the count of rows), else the cheapest width per batch,
+    priced by what a wider row costs the attention (fast.plan_packing)."""
     if not (cfg.pack == "true" or (cfg.pack == "auto" and device.type == "cuda")):
         return None
-    compiled = cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda")
+    if cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda"):
+        return fast.SteadyPacking(multiple=64)
     key_cost = 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
-    return functools.partial(fast.plan_packing, multiple=64 if compiled else 1, key_cost=key_cost)
+    return functools.partial(fast.plan_packing, key_cost=key_cost)
 
 
 # --------------------------------------------------------------------------------------------------

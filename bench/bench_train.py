@@ -223,7 +223,12 @@ def bench_loop(name, options, label, args, device, pack=False):
         flags += [f"--{key}", str(value).lower()]
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+    # each run compiles its own blocks: no earlier run's graphs, a count of this run's
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     train.main(flags)
+    print(f"{label}{' packed' if pack else ''}: the blocks compiled "
+          f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     records = [r for r in records if r["split"] == "train"][3:]          # after compilation and warm-up
     med = lambda key: statistics.median(r[key] for r in records) if records and key in records[0] else float("nan")

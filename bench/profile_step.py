@@ -1,6 +1,7 @@
 """Where a training step's GPU time goes, and UniLMv2's relative position bias implemented several ways.
 
     python bench/profile_step.py --part steps    # torch.profiler over a few bare steps of each run: the top kernels
+    python bench/profile_step.py --only "pmlm,pmlm triton"   # the same for pmlm with fast/triton_bias.py's attention
     python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
     python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways
     python bench/profile_step.py --part triton   # fast/triton_bias.py (Triton) against SDPA: attention, pmlm step
@@ -56,8 +57,10 @@ def kind_of(name):
     return "other"
 
 
-def profile_run(name, impl, options, label, tok, examples, args, device):
+def profile_run(name, impl, options, label, tok, examples, args, device, triton=False):
     s = build_step(name, impl, options, tok, examples, args, device)
+    if triton:
+        fast.use_triton_bias(s["model"])                 # the flex model's attention, by fast/triton_bias.py
     batches, step = s["batches"], s["step"]
     sec = timed(step, batches, args.warmup, device)
     from torch.profiler import ProfilerActivity, profile
@@ -404,13 +407,14 @@ def main():
     tok, examples = corpus(args)
     if args.part == "steps":
         runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
-                "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False})}
+                "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False}),
+                "pmlm triton": ("pmlm", "flex", {})}
         for label in args.only.split(","):
             name, impl, options = runs[label]
             if impl == "flex" and device.type != "cuda":
                 continue
             try:
-                profile_run(name, impl, options, label, tok, examples, args, device)
+                profile_run(name, impl, options, label, tok, examples, args, device, triton="triton" in label)
             except Exception as e:
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             if device.type == "cuda":
