@@ -3,7 +3,8 @@
 #   bash bench/loop_profile_gpu.sh loop       # train.py's own loop, one passage a row vs --pack true
 #                                             # (fast.SteadyPacking: one row width, blocks compiled for any row count)
 #   bash bench/loop_profile_gpu.sh profile    # where a step's GPU time goes: pmlm on SDPA + bias vs on the Triton
-#                                             # attention (fast/triton_bias.py); PALM with and without its copy head
+#                                             # attention (fast/triton_bias.py); PALM with and without its copy head;
+#                                             # beam-5 decoding (graphed and eager cached steps) against HF BART-base
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -15,5 +16,7 @@ case "${1:-loop}" in
       2>&1 | tee "$OUT/bench_loop.txt" | grep -E "compiled .* graph|^\| |^part|torch|Error|error" ;;
   profile)
     python bench/profile_step.py --part steps --only "pmlm,pmlm triton,palm (copy),palm (no copy)" 2>&1 \
-      | tee "$OUT/profile_steps.txt" | tail -120 ;;
+      | tee "$OUT/profile_steps.txt" | tail -120
+    python bench/bench_generate.py --objectives unilm,palm --profile --no_nocache --repeats 2 2>&1 \
+      | tee "$OUT/profile_generate.txt" | grep -v USDT | tail -90 ;;
 esac
