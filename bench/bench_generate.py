@@ -133,8 +133,6 @@ def bench_bart(args, device, dtype):
                                  do_sample=False)
     with torch.no_grad():
         median, times, out = timed(run, args.repeats, device)
-    if getattr(args, "profile", False):
-        profile_call(run, device, f"{name} ({label(use_cache, cuda_graph)})", args.new_tokens)
     new = out.size(1) - 1                                   # minus the decoder start token
     assert new == args.new_tokens, f"BART generated {new} tokens, expected {args.new_tokens}"
     return dict(system="HF BART-base (BartForConditionalGeneration)", seconds=median, times=times,
