@@ -286,15 +286,18 @@ def out_dir_of(cfg):
     return Path(cfg.out_dir or f"out/{cfg.objective}-{cfg.task}")
 
 
-def start_point(cfg, model_flags, obj_flags, given):
+def start_point(cfg, model_flags, obj_flags, given, world=1):
     """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or
-    fine-tuning run."""
+    fine-tuning run (world: the processes of this one)."""
     out_dir = out_dir_of(cfg)
     if cfg.resume:
         path = out_dir / "ckpt.pt"
         if not path.exists():
             raise UsageError(f"--resume: no checkpoint {path} to continue (is --out_dir right?)")
         ckpt = read_checkpoint(path)
+        if len(ckpt["data_state"]) != world:
+            raise UsageError(f"the run was trained on {len(ckpt['data_state'])} process(es); "
+                             "resume it on as many")
         cfg, obj_opts = restore_settings(ckpt, cfg, model_flags, obj_flags, given, path)
         return ckpt, cfg, obj_opts
     if (out_dir / "ckpt.pt").exists() and not cfg.overwrite:

@@ -399,8 +399,9 @@ def main():
     args = ap.parse_args()
     if args.tiny:
         args.preset, args.seq_len, args.batch, args.vocab, args.steps, args.warmup = "tiny", 64, 4, 1000, 2, 1
-    # bench_train.build_step's settings this script does not vary: blocks compiled for static shapes
-    args.model_overrides, args.dynamic = {}, False
+    # bench_train.build_step's model settings this script does not vary (blocks compiled for static
+    # shapes: build_step's default)
+    args.model_overrides = {}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     say(f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
         f"preset {args.preset}, batch {args.batch}, text {args.seq_len}, {time.strftime('%Y-%m-%d')}")
