@@ -72,8 +72,8 @@ class TrainConfig:
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
     compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
-    # off by default: the bare GPU step gains (bench/RESULTS.md), train.py's loop not yet measured
-    # (each new (rows, width) shape recompiles the blocks)
+    # off by default: train.py's loop packed on one H100 gains for palm (1.38x) and pmlm (1.04x)
+    # but loses for unilm (0.79x), not yet explained (bench/RESULTS.md, fifth session)
     pack: str = setting("false", "pack several passages into each row, no padding wasted "
                                  "(fast.plan_packing): auto (CUDA) | true | false")
     workers: int = setting(-1, "processes building batches (a DataLoader's); "
