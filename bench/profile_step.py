@@ -48,10 +48,12 @@ def kind_of(name):
     n = name.lower()
     if "nccl" in n:
         return "communication (NCCL)"
+    # attention first: the memory-efficient kernels' names hold "cutlass" too
+    if any(k in n for k in ("fmha", "flash", "attention", "flex", "triton_tem_fused", "_backward_q",
+                            "_backward_kv")) or n == "_forward":
+        return "attention"
     if any(k in n for k in ("gemm", "cutlass", "nvjet", "sm90_xmma", "matmul", "cublas")):
         return "matrix products"
-    if any(k in n for k in ("fmha", "flash", "attention", "flex", "triton_tem_fused")):
-        return "attention"
     if any(k in n for k in ("index", "scatter", "embedding", "gather", "bincount", "histogram")):
         return "index / scatter"
     return "other"
