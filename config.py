@@ -72,8 +72,8 @@ class TrainConfig:
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
     compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
-    # off by default: the bare GPU step gains (bench/RESULTS.md), train.py's loop not yet measured
-    # (each new (rows, width) shape recompiles the blocks)
+    # off by default: train.py's loop packed on one H100 gains for palm (1.38x) and pmlm (1.04x)
+    # but loses for unilm (0.79x), not yet explained (bench/RESULTS.md, fifth session)
     pack: str = setting("false", "pack several passages into each row, no padding wasted "
                                  "(fast.plan_packing): auto (CUDA) | true | false")
     workers: int = setting(-1, "processes building batches (a DataLoader's); "
@@ -286,15 +286,18 @@ def out_dir_of(cfg):
     return Path(cfg.out_dir or f"out/{cfg.objective}-{cfg.task}")
 
 
-def start_point(cfg, model_flags, obj_flags, given):
+def start_point(cfg, model_flags, obj_flags, given, world=1):
     """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or
-    fine-tuning run."""
+    fine-tuning run (world: the processes of this one)."""
     out_dir = out_dir_of(cfg)
     if cfg.resume:
         path = out_dir / "ckpt.pt"
         if not path.exists():
             raise UsageError(f"--resume: no checkpoint {path} to continue (is --out_dir right?)")
         ckpt = read_checkpoint(path)
+        if len(ckpt["data_state"]) != world:
+            raise UsageError(f"the run was trained on {len(ckpt['data_state'])} process(es); "
+                             "resume it on as many")
         cfg, obj_opts = restore_settings(ckpt, cfg, model_flags, obj_flags, given, path)
         return ckpt, cfg, obj_opts
     if (out_dir / "ckpt.pt").exists() and not cfg.overwrite:

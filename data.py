@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils import DataError, atomic_write, read_text, split_lines
+from utils import DataError, UsageError, atomic_write, read_text, split_lines
 
 _VERSION = 1  # bump when extraction, splitting or caching rules change: every cache is then rebuilt
 
@@ -559,12 +559,21 @@ class StepBatches(torch.utils.data.IterableDataset):
         # None: one passage a row; else the speed layer's packing plan, Batch -> Batch
         # (train.py --pack: fast.plan_packing)
         self.pack = pack
+        if num_batches(len(examples), batch_size, world) == 0:
+            raise UsageError(f"{len(examples)} training examples are too few for --batch_size "
+                             f"{batch_size} on {world} process(es)")
 
     def __iter__(self):
         worker = torch.utils.data.get_worker_info()
         first, every = (worker.id, worker.num_workers) if worker else (0, 1)
         for step in range(self.start + first, self.max_steps, every):
             yield step, self.build(step), dict(self.objective.skipped)
+
+    def position(self, step):
+        """Where step `step` starts in the data: {"epoch", "index"} (checkpoints record it)."""
+        epoch, index = divmod(step * self.grad_accum,
+                              num_batches(len(self.examples), self.batch_size, self.world))
+        return {"epoch": epoch, "index": index}
 
     def build(self, step):
         self.objective.set_step(step, self.max_steps)           # PALM's two stages

@@ -358,6 +358,18 @@ def generate_text(model, tokenizer, objective, texts, **kwargs):
 
 
 @torch.no_grad()
+def show_summary(model, objective, example, n_tokens=48):
+    """What a fine-tuning run prints at each evaluation (train.py): a held-out source, the model's
+    greedy output and the reference."""
+    tok = objective.tok
+    # eagerly: capturing a CUDA graph for one short sample mid-training costs more than it saves
+    hyp = generate(model, objective, [example[0]], beam_size=1, max_len=32,
+                   cuda_graph=False)[0][0][0]
+    return (f"  source: {tok.decode(example[0][:n_tokens])} ...\n  model:  {tok.decode(hyp)}\n"
+            f"  answer: {tok.decode(example[1])}")
+
+
+@torch.no_grad()
 def score_targets(model, objective, sources, targets, use_cache=True, cuda_graph=None):
     """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each target
     as given (add the final [EOS] to score it). Tests compare these with the fine-tuning batch's:

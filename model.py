@@ -471,6 +471,13 @@ class Transformer(nn.Module):
                   + self.seg_emb.weight.numel())
         return n
 
+    def describe(self):
+        """'2 layers, 128 wide, 0.52M parameters (+0.59M in embeddings)': what train.py prints."""
+        n_all = sum(p.numel() for p in self.parameters())
+        n_body = self.num_params()
+        return (f"{self.config.n_layer} layers, {self.config.n_embd} wide, {n_body / 1e6:.2f}M "
+                f"parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings)")
+
     def estimate_flops(self, seq_len, pred_frac=1.0):
         """Training FLOPs per token (forward + backward) at sequence length seq_len:
         6 N + 12 n_layer d seq_len + 6 d V pred_frac (Kaplan et al. 2020, the PaLM paper; the tied

@@ -49,6 +49,7 @@ import model as M
 from config import (PASSAGE_SPECIALS, TrainConfig, check_compatible, check_settings, help_text,
                     model_settings, next_command, out_dir_of, parse_args, resolve_defaults,
                     resume_command, start_point, starting_tokenizer)
+from generate import show_summary
 from objectives import Objective, fills_example, get_objective, objective_class
 from tokenizer import WordPiece
 from utils import (Dist, UsageError, check_replicas_agree, exit_with_error, master_first,
@@ -119,19 +120,22 @@ def use_fast_layer(model, objective, cfg, device):
     if compiled:
         # few distinct lengths, few compilations
         objective.pad_multiple = 64
-    fast.speed_up(model, compile=compiled)
+    # packed rows (--pack) keep one width: the blocks compile once more, for any count of rows
+    packs = packing(cfg, model, device) is not None
+    fast.speed_up(model, compile=compiled, dynamic=None if packs else False)
 
 
 def packing(cfg, model, device):
     """--pack: None (one passage a row, the readable layout) or what data.StepBatches does to every
-    training batch: fast.plan_packing, several passages a row, widths a multiple of 64 where the
-    blocks are compiled (few shapes), priced by what a wider row costs the attention (nothing on the
-    flex path, which skips the tiles between passages)."""
+    training batch: several passages a row, all rows of one width where the blocks are compiled
+    (fast.SteadyPacking: one shape but the count of rows), else the cheapest width per batch,
+    priced by what a wider row costs the attention (fast.plan_packing)."""
     if not (cfg.pack == "true" or (cfg.pack == "auto" and device.type == "cuda")):
         return None
-    compiled = cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda")
+    if cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda"):
+        return fast.SteadyPacking(multiple=64)
     key_cost = 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
-    return functools.partial(fast.plan_packing, multiple=64 if compiled else 1, key_cost=key_cost)
+    return functools.partial(fast.plan_packing, key_cost=key_cost)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -356,23 +360,11 @@ def evaluate_step(run, autocast):
                       + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))
         example = fills_example(run.splits["valid"], run.tok)
         if run.cfg.task == "seq2seq":
-            run.bar.write(show_summary(run, example))
+            run.bar.write(show_summary(run.model, run.objective, example))
         else:
             run.bar.write(run.objective.show_fills(run.model, example, run.dist.device, autocast))
     # evaluation time is not training throughput
     run.t_last = time.time()
-
-
-@torch.no_grad()
-def show_summary(run, example, n_tokens=48):
-    """Fine-tuning: the held-out source, the model's greedy output and the reference."""
-    from generate import generate
-    tok = run.tok
-    # eagerly: capturing a CUDA graph for one short sample mid-training costs more than it saves
-    hyp = generate(run.model, run.objective, [example[0]], beam_size=1, max_len=32,
-                   cuda_graph=False)[0][0][0]
-    return (f"  source: {tok.decode(example[0][:n_tokens])} ...\n  model:  {tok.decode(hyp)}\n"
-            f"  answer: {tok.decode(example[1])}")
 
 
 def checkpoint(run):
@@ -380,9 +372,7 @@ def checkpoint(run):
     position follows from the step (StepBatches): it is recorded, per rank, for readers; --resume
     needs only the step."""
     cfg = run.cfg
-    per_epoch = data.num_batches(len(run.splits["train"]), cfg.batch_size, run.dist.world)
-    epoch, index = divmod(run.step * cfg.grad_accum, per_epoch)
-    states = [{"epoch": epoch, "index": index}] * run.dist.world
+    states = [run.loader.dataset.position(run.step)] * run.dist.world
     if run.dist.master:
         save_checkpoint(run.ckpt_path, dict(
             model=run.model.state_dict(), model_config=run.model.config.to_dict(),
@@ -465,10 +455,7 @@ def main(argv):
         torch.set_num_threads(min(4, torch.get_num_threads()))
     torch.manual_seed(cfg.seed)
     # 3. start point
-    ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given)
-    if ckpt is not None and cfg.resume and len(ckpt["data_state"]) != dist_.world:
-        raise UsageError(f"the run was trained on {len(ckpt['data_state'])} process(es); "
-                         "resume it on as many")
+    ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given, dist_.world)
     model_dict = model_settings(cfg, model_flags, ckpt)
     trained_as = ckpt.get("train_config", {}).get("preset") if ckpt is not None else None
     resolve_defaults(cfg, model_dict, given, trained_as)
@@ -481,9 +468,6 @@ def main(argv):
     use_fast_layer(model, objective, cfg, dist_.device)
     # 6. optimizer
     optimizer = make_optimizer(model, cfg, dist_.device)
-    if data.num_batches(len(splits["train"]), cfg.batch_size, dist_.world) == 0:
-        raise UsageError(f"{len(splits['train'])} training examples are too few for "
-                         f"--batch_size {cfg.batch_size} on {dist_.world} process(es)")
     # 7. the loop, interruptible: Ctrl-C or SIGTERM end it cleanly with a checkpoint (caught from
     # here on, so that the DataLoader's workers, started next, never die of the first one)
     handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -540,13 +524,9 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt):
 
 def describe(run, info):
     if run.dist.master:
-        m = run.model
-        n_all = sum(p.numel() for p in m.parameters())
-        n_body = m.num_params()
-        print(f"unigen | {run.cfg.objective} / {run.cfg.task} | {m.config.n_layer} layers, "
-              f"{m.config.n_embd} wide, {n_body / 1e6:.2f}M parameters "
-              f"(+{(n_all - n_body) / 1e6:.2f}M in embeddings) | vocab {len(run.tok)} | "
-              f"{run.dist.world} process(es) on {run.dist.device} | data: {info}")
+        print(f"unigen | {run.cfg.objective} / {run.cfg.task} | {run.model.describe()} | "
+              f"vocab {len(run.tok)} | {run.dist.world} process(es) on {run.dist.device} | "
+              f"data: {info}")
 
 
 def cleanup(run):

@@ -15,6 +15,7 @@ gives them (on CUDA: the compiled copy scores).
 
 Run:  python bench/bench_generate.py                  # on a GPU; prints a markdown table, writes $OUT/*.json
       python bench/bench_generate.py --tiny           # a seconds-long CPU smoke run of the same code
+      python bench/bench_generate.py --profile --no_nocache --no_bart   # where each decoding step's time goes
 Goals (the issue): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s; the CUDA graph removes the launch
 overhead that dominates the eager cached step.
 Left out: quality (random weights), sampling, batch-size sweeps (pass --batch), torch.compile.
@@ -86,10 +87,32 @@ def bench_ours(args, device, dtype, name, use_cache, cuda_graph):
                              min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch,
                              cuda_graph=cuda_graph)
     median, times, out = timed(run, args.repeats, device)
+    if getattr(args, "profile", False):
+        profile_call(run, device, f"{name} ({label(use_cache, cuda_graph)})", args.new_tokens)
     lengths = {len(h[0][0]) for h in out}
     assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"
     return dict(system=f"unigen {name} ({label(use_cache, cuda_graph)})", seconds=median, times=times,
                 sentences_per_s=args.batch / median, params=sum(p.numel() for p in model.parameters()))
+
+
+def profile_call(run, device, title, steps):
+    """One more call under torch.profiler: per decoding step, the wall time, the time the GPU is
+    busy, and the CPU calls that take the most time (a host sync shows up as aten::item,
+    aten::nonzero, aten::_local_scalar_dense or cudaStreamSynchronize)."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        run()
+        sync(device)
+        wall = (time.perf_counter() - t0) / steps * 1000
+    events = prof.key_averages()
+    gpu = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA") / steps / 1000
+    print(f"\n### profile, {title}: wall {wall:.2f} ms a step, GPU busy {gpu:.2f} ms a step")
+    print("| CPU call | calls a step | self CPU ms a step |\n|---|---|---|")
+    cpu = [e for e in events if e.device_type.name == "CPU"]
+    for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:25]:
+        print(f"| {e.key[:80]} | {e.count / steps:.1f} | {e.self_cpu_time_total / steps / 1000:.3f} |")
 
 
 def bench_bart(args, device, dtype):
@@ -128,6 +151,7 @@ def main():
     p.add_argument("--device", default="auto")
     p.add_argument("--no_bart", action="store_true")
     p.add_argument("--no_nocache", action="store_true", help="skip the (slow) no-cache rows")
+    p.add_argument("--profile", action="store_true", help="profile one more call of each row: where a step goes")
     args = p.parse_args()
     args.preset, args.vocab = "base", 30522
     if args.tiny:

@@ -110,8 +110,10 @@ def matmul_peak(device):
     return 2 * 8192 ** 3 / sec
 
 
-def build_step(name, impl, options, tok, examples, args, device, preset=None, batch=None, pack=False):
-    """A model, its objective, warm-up + timed batches already on the device, and one training step on them."""
+def build_step(name, impl, options, tok, examples, args, device, preset=None, batch=None, pack=False,
+               dynamic=False):
+    """A model, its objective, warm-up + timed batches already on the device, and one training step on them.
+    pack: several passages a row (train.py --pack true); dynamic: the blocks compiled for any shape."""
     preset = preset or args.preset
     batch_size = batch or args.batch
     obj = get_objective(name, tok, max_len=M.PRESETS[preset]["max_position"], **options)
@@ -122,7 +124,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     model = M.Transformer(cfg).to(device)
     compiled = device.type == "cuda" and impl != "naive" and not args.eager
     # the fast layer as train.py switches it on: BucketBias and compiled copy scores on CUDA, compiled blocks
-    fast.speed_up(model, compile=compiled, dynamic=args.dynamic)
+    fast.speed_up(model, compile=compiled, dynamic=dynamic)
     if compiled:
         obj.pad_multiple = 64                      # as train.py does when it compiles
     rng = random.Random(0)
@@ -135,7 +137,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
         # train.py --pack true: rows widths a multiple of 64 where compiled, as the unpacked lengths are
         key_cost = 0.0 if impl == "flex" else fast.key_cost(model)   # flex skips the tiles between passages
         # widths a multiple of 64 for static compiled shapes (train.py's); of 8 where compiled for any shape
-        multiple = 8 if args.dynamic and compiled else obj.pad_multiple
+        multiple = 8 if dynamic and compiled else obj.pad_multiple
         batches = [fast.plan_packing(b, multiple, key_cost) for b in batches]
     batches = [b.to(device) for b in batches]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
@@ -153,7 +155,8 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
 
 
 def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None, pack=False):
-    s = build_step(name, impl, options, tok, examples, args, device, preset, batch, pack)
+    s = build_step(name, impl, options, tok, examples, args, device, preset, batch, pack,
+                   dynamic=args.dynamic)
     model, obj, batches = s["model"], s["obj"], s["batches"]
     sec = timed(s["step"], batches, args.warmup, device)
     timed_batches = batches[args.warmup:]
@@ -223,7 +226,12 @@ def bench_loop(name, options, label, args, device, pack=False):
         flags += [f"--{key}", str(value).lower()]
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+    # each run compiles its own blocks: no earlier run's graphs, a count of this run's
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     train.main(flags)
+    print(f"{label}{' packed' if pack else ''}: the blocks compiled "
+          f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     records = [r for r in records if r["split"] == "train"][3:]          # after compilation and warm-up
     med = lambda key: statistics.median(r[key] for r in records) if records and key in records[0] else float("nan")

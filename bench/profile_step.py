@@ -1,6 +1,7 @@
 """Where a training step's GPU time goes, and UniLMv2's relative position bias implemented several ways.
 
     python bench/profile_step.py --part steps    # torch.profiler over a few bare steps of each run: the top kernels
+    python bench/profile_step.py --only "pmlm,pmlm triton"   # the same for pmlm with fast/triton_bias.py's attention
     python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
     python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways
     python bench/profile_step.py --part triton   # fast/triton_bias.py (Triton) against SDPA: attention, pmlm step
@@ -47,17 +48,21 @@ def kind_of(name):
     n = name.lower()
     if "nccl" in n:
         return "communication (NCCL)"
+    # attention first: the memory-efficient kernels' names hold "cutlass" too
+    if any(k in n for k in ("fmha", "flash", "attention", "flex", "triton_tem_fused", "_backward_q",
+                            "_backward_kv")) or n == "_forward":
+        return "attention"
     if any(k in n for k in ("gemm", "cutlass", "nvjet", "sm90_xmma", "matmul", "cublas")):
         return "matrix products"
-    if any(k in n for k in ("fmha", "flash", "attention", "flex", "triton_tem_fused")):
-        return "attention"
     if any(k in n for k in ("index", "scatter", "embedding", "gather", "bincount", "histogram")):
         return "index / scatter"
     return "other"
 
 
-def profile_run(name, impl, options, label, tok, examples, args, device):
+def profile_run(name, impl, options, label, tok, examples, args, device, triton=False):
     s = build_step(name, impl, options, tok, examples, args, device)
+    if triton:
+        fast.use_triton_bias(s["model"])                 # the flex model's attention, by fast/triton_bias.py
     batches, step = s["batches"], s["step"]
     sec = timed(step, batches, args.warmup, device)
     from torch.profiler import ProfilerActivity, profile
@@ -396,21 +401,23 @@ def main():
     args = ap.parse_args()
     if args.tiny:
         args.preset, args.seq_len, args.batch, args.vocab, args.steps, args.warmup = "tiny", 64, 4, 1000, 2, 1
-    # bench_train.build_step's settings this script does not vary: blocks compiled for static shapes
-    args.model_overrides, args.dynamic = {}, False
+    # bench_train.build_step's model settings this script does not vary (blocks compiled for static
+    # shapes: build_step's default)
+    args.model_overrides = {}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     say(f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
         f"preset {args.preset}, batch {args.batch}, text {args.seq_len}, {time.strftime('%Y-%m-%d')}")
     tok, examples = corpus(args)
     if args.part == "steps":
         runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
-                "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False})}
+                "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False}),
+                "pmlm triton": ("pmlm", "flex", {})}
         for label in args.only.split(","):
             name, impl, options = runs[label]
             if impl == "flex" and device.type != "cuda":
                 continue
             try:
-                profile_run(name, impl, options, label, tok, examples, args, device)
+                profile_run(name, impl, options, label, tok, examples, args, device, triton="triton" in label)
             except Exception as e:
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             if device.type == "cuda":

@@ -71,8 +71,8 @@ def compile_blocks(model, dynamic=False):
     # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
     # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
     # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
-    # (packed batches come in more shapes, rows x width: bench_train.py --dynamic compiles one
-    # kernel for them all, dynamic=True, to compare)
+    # (packed batches, SteadyPacking's, come in one width and several counts of rows: train.py
+    # compiles them with dynamic=None, which makes the rows dimension dynamic at its first change)
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
     for block in model.blocks:
         block.compile(dynamic=dynamic)
@@ -269,17 +269,20 @@ def pack_width(lengths, multiple=1, key_cost=0.0):
     return min(range(first, 2 * first + 1, step), key=cost)
 
 
-def plan_packing(batch, multiple=1, key_cost=0.0):
+def plan_packing(batch, multiple=1, key_cost=0.0, width=None):
     """The packing of a Batch, computed on the CPU (where the batch is built): its passages go into
-    rows of pack_width, several to a row. -> the Batch with three extras: "pack_tokens" (N,) where
-    its N real tokens are in the batch flattened (B * L), "pack_slots" (N,) where they go in the
-    packed rows flattened (rows * width), and "pack_shape" (rows, width). The batch itself stays as
-    the objective made it: `packed` packs it for the blocks and unpacks their output."""
+    rows of pack_width (or of `width`, widened to the longest passage), several to a row. -> the
+    Batch with three extras: "pack_tokens" (N,) where its N real tokens are in the batch flattened
+    (B * L), "pack_slots" (N,) where they go in the packed rows flattened (rows * width), and
+    "pack_shape" (rows, width). The batch itself stays as the objective made it: `packed` packs it
+    for the blocks and unpacks their output."""
     if len(batch) == 0:
         return batch
     real = batch.kind != PAD                                            # (B, L)
     lengths = real.sum(1).tolist()
-    width = pack_width(lengths, multiple, key_cost)
+    if width is None:
+        width = pack_width(lengths, multiple, key_cost)
+    width = max(width, -(-max(lengths) // multiple) * multiple)
     place, rows = pack_rows(lengths, width)
     first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot
     # the real tokens of a passage keep their order, one slot after the other (PALM's gap closes)
@@ -287,6 +290,25 @@ def plan_packing(batch, multiple=1, key_cost=0.0):
     batch.extras.update(pack_tokens=real.flatten().nonzero().squeeze(1), pack_slots=slot[real],
                         pack_shape=(rows, width))
     return batch
+
+
+class SteadyPacking:
+    """plan_packing for compiled blocks (train.py --pack on CUDA): every batch in rows of ONE width,
+    the widest passage seen yet rounded up to `multiple` (it settles within the first batches: most
+    pre-training passages are full), so only the count of rows changes from batch to batch, and
+    the blocks compiled with dynamic=None compile twice: once for the first count, once for any
+    (plan_packing's own width, cheapest per batch, gave 14-38 (rows, width) shapes in 150 batches,
+    each a compilation). The price: a few slots more padding than the cheapest width.
+    Twin: plan_packing (tests/test_packing.py: the same rows for the same width)."""
+
+    def __init__(self, multiple=64):
+        self.multiple = multiple
+        self.width = 0
+
+    def __call__(self, batch):
+        batch = plan_packing(batch, self.multiple, width=self.width)
+        self.width = max(self.width, batch.extras.get("pack_shape", (0, 0))[1])
+        return batch
 
 
 class Packing(NamedTuple):

@@ -1,16 +1,15 @@
 """ERNIE-GEN (Xiao et al., IJCAI 2020, section 3): infilling, noise-aware and span-by-span
-generation.
+generation. docs/objectives.md ("ERNIE-GEN") tells the steps, the position layout, the span
+vocabulary's t-test, the bad-input rules and what was measured.
 
-    # pre-training on passages
-    obj = get_objective("ernie_gen", tok, span_vocab="spans.json")
-    # fine-tuning (word flow, rho_f = 0.7)
-    obj = get_objective("ernie_gen", tok, task="seq2seq")
-    # V_span, once per corpus
-    vocab = build_span_vocab(sentences, tok, cache_path="spans.json")
+    obj = get_objective("ernie_gen", tok, span_vocab="spans.json")     # pre-training on passages
+    obj = get_objective("ernie_gen", tok, task="seq2seq")              # fine-tuning, rho_f = 0.7
+    vocab = build_span_vocab(sentences, tok, cache_path="spans.json")  # V_span, once per corpus
 
 One training example is ONE sequence with ONE mask (masks.multi_flow), so one attention call per
 layer runs the three flows of Eq. 5 (the contextual flow never attends to an [ATTN] row, so it is
-the same computation):
+the same computation); `separate_flows` computes them apart (Eq. 2-6) and the tests hold the two
+equal:
 
     [SOS] S' [EOS] | T'              | A_W: [ATTN] x |T|        | A_S: [ATTN] x |T|
                                                                   (only when lambda < 1)
@@ -18,67 +17,17 @@ the same computation):
     M_C: bidir.      S' + T'_<=i       S' + T'_<i + itself (M_W)  S' + T'_<b + itself,
                                                                   j in span [b, e) (M_S)
 
-`separate_flows` is the naive reading of Eq. 2-6: the three flows computed apart, layer by layer,
-with the model's own weights; the tests (and notebooks/04_ernie_gen.ipynb) hold the one sequence
-equal to it.
-
-Pre-training (3.1). Per passage draw D_i from D = {U(1,4) p 0.4, U(4,32) p 0.6}, then draw fragments
-until gamma = 25% of the passage's tokens are used. A fragment's length is drawn in tokens, starts
-at a word start and ends at a word end (a `##` piece stays with its word, so it may run past the
-drawn length); fragments do not overlap or touch (S' keeps at least one word between two fragments,
-so each stays a fragment), and one word at least stays in S'. T = the fragments in passage order
-(Eq. 1: each one conditioned on S' and those before it).
-POSITIONS: every token keeps its position in `[SOS] passage [EOS]`; S' has holes where fragments
-were and each T token and its [ATTN]s sit where the token was. Why: the paper's infilling inserts
-"[ATTN] along with its position", and a fragment is filled in at its place, between the S' words
-around it (that is how 3.1 makes the decoder lean on the encoder); renumbered, S' would not say
-where anything was removed. The cost: the holes tell the model each fragment's length (as MASS's
-[MASK] runs do). Seq2seq fine-tuning is NOT the case of one fragment at the end of the passage. Cut
-s_k+1..s_n from s_1..s_n and pre-training gives S' = [SOS] s_1..s_k [EOS] at positions 0..k and n+1,
-the fragment at k+1..n: the source's [EOS] comes AFTER the target's positions (behind a hole of the
-fragment's length), and the target has no [EOS]. Fine-tuning (the decoding loop's layout) puts the
-source's [EOS] at S-1, BEFORE the target, whose positions S, S+1, ... follow it, and the target ends
-in an [EOS] to predict (the model learns to stop). Pre-training never shows that layout; the masks
-and the [ATTN] queries are the same.
-Noise (3.2): each T' token becomes a uniformly random non-special id with probability rho_p = 0.05
-(4.1); labels are always the clean T.
-Span flow (3.3): the spans are sampled "consecutively in T'", the NOISED target, so the noise is
-drawn first and T' is then cut into spans by greedy lookup in V_span (trigram, then bigram, then
-unigram from the current word; n-grams of WORDS, a word = its pieces, so a noised `##` piece joins
-the word before it; spans never cross a fragment boundary). Without a span vocabulary every word is
-a span (a warning says so).
-Loss (Eq. 7): lambda L_word + (1 - lambda) L_span, lambda 0.5 in pre-training, 1.0 in fine-tuning
-(then no span flow is built). Metrics: loss, loss_word, acc_word, and loss_span, acc_span when the
-span flow is on.
-
-Fine-tuning: [SOS] src [EOS] at positions 0..S-1 (segment 0), T' = noised (tgt + [EOS]) at S.., its
-[ATTN]s at S.. (segment 1): exactly generate.py's loop with query_token [ATTN]. rho_f defaults to
-0.7 (Table 1: SQuAD QG and CNN/DM 0.7, Gigaword 0.5 base / 0.6 large; Persona-Chat 0.0). With
-lam_finetune < 1 the span flow is added: the spans cut in T' without its last token, which (the
-target's [EOS], or its noised stand-in) is a span of its own.
-
-V_span (3.3): t = (p(w) - prod p(w_i)) / sqrt(p(w)(1 - p(w)) / N) for every bigram and trigram of
-words within a sentence, N = the number of n-grams of that order, p(w_i) = unigram frequencies. Keep
-the top n_bigrams and n_trigrams (paper: 200k / 50k on 16 GB) among those with t >= min_t = 2.576
-(ours: the one-sided 0.5% critical value Manning & Schuetze use for collocations, so a small corpus
-keeps only significant n-grams: the cut scales with the corpus; 0 disables it) plus all unigrams.
-The cache file is JSON, one readable n-gram a row.
-
-Bad input: a passage longer than max_len - 2 is truncated, a seq2seq source (then target) cut to
-fit, with a warning; a passage of fewer than two words cannot give a fragment and is skipped and
-counted.
-Measured: from scratch, a tiny model's [ATTN] queries learn much slower than predicting from the
-previous token's own state (the query must learn to find its neighbours by position); the paper
-starts from BERT. From the same pre-trained weights (the README's pmlm main job, tiny preset, 300
-steps on the docsum task, one CPU seed) ERNIE-GEN's fine-tuning (rho_f 0.5) and infilling decoding
-reach UniLMv2's teacher-forced accuracy (16.3% against 16.2% of the 195 validation pairs' tokens),
-[ATTN] untrained at the start: where ERNIE-GEN trails pmlm, look at the pre-training first
-(bench/study.py's "ernie_gen/ft from pmlm" and "pmlm/ft from ernie_gen" ask it at full size).
-
-Left out here: decoding (generate.py's loop is the infilling decoding of 3.4), fp16 and token-count
-batching (train.py). The lengths D are constants (LENGTH_DISTRIBUTIONS), not options. A passage
-whose first sentence was cut inside a word (data.make_passages) starts with a `##` piece, which then
-counts as a word.
+1. Infilling (3.1): fragments of lengths drawn from D = {U(1,4) p 0.4, U(4,32) p 0.6}, whole words,
+   until gamma = 25% of the passage; T = the fragments in passage order, every token (and its
+   [ATTN]s) at its position in `[SOS] passage [EOS]`.
+2. Noise (3.2): each T' token becomes a random ordinary id with probability rho_p = 0.05 (rho_f in
+   fine-tuning); labels are always the clean T.
+3. Span flow (3.3): T' cut into spans by greedy lookup in V_span (trigram, bigram, unigram).
+4. Loss (Eq. 7): lambda L_word + (1 - lambda) L_span; lambda 0.5 in pre-training, 1.0 in
+   fine-tuning (no span flow built).
+Fine-tuning: [SOS] src [EOS] at 0..S-1, then T' = noised (tgt + [EOS]) and its [ATTN]s from S on:
+generate.py's loop. Left out: decoding (that loop is the infilling decoding of 3.4), fp16 and
+token-count batching; the lengths D are constants (LENGTH_DISTRIBUTIONS), not options.
 """
 import json
 import math

@@ -362,3 +362,11 @@ def test_batch_at_is_random_access_into_the_endless_stream():
             assert batch == data.batch_at(examples, 8, 3, g, rank, world), (rank, world, g)
     with pytest.raises(data.DataError, match="too few"):
         data.batch_at(examples[:3], 8, 3, 0)
+
+
+def test_step_batches_refuse_too_few_examples_before_any_worker_starts():
+    """train.py's stream says it at once, in the trainer's process (a DataLoader worker's error
+    would come back as a traceback), naming the flag to change."""
+    with pytest.raises(data.UsageError, match=r"3 training examples are too few for --batch_size 8 "
+                                              r"on 2 process\(es\)"):
+        data.StepBatches(None, list(range(3)), 8, 1, 0, 10, rank=0, world=2)

@@ -470,3 +470,23 @@ def test_study_swaps_pretraining_and_fine_tuning_recipe(tmp_path):
         assert model.config.rel_pos_buckets == (32 if pre == "pmlm" else 0)
         out = generate.generate(model, objective, [tok.encode(texts[0][:100])], beam_size=2, max_len=5, n_best=2)
         assert len(out) == 1 and len(out[0]) == 2 and all(len(tokens) <= 5 for tokens, _ in out[0])
+
+
+def test_study_ernie_gen_with_the_relative_bias(toy, tmp_path):
+    """bench/study.py's "ernie_gen/relative bias": ERNIE-GEN pre-trained with pmlm's relative position bias, to
+    tell the objective from the architecture in the swaps' result. Its option reaches the model (for the FLOPs
+    and corpus-token count) and train.py's flags; an objective's own option still reaches the objective."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import study
+    spec = study.SYSTEMS["ernie_gen/relative bias"]
+    assert spec["pre"] == {"rel_pos_buckets": 32} and spec["ablation_of"] == "ernie_gen"
+    cfg = {"preset": "tiny", "vocab": len(toy)}
+    obj, model = study.objective_and_model(cfg, "ernie_gen", toy, "pretrain", {**spec["pre"], "lam_pretrain": 0.7})
+    assert model.rel_bias is not None and model.config.rel_pos_buckets == 32 and obj.lam_pretrain == 0.7
+    _, plain = study.objective_and_model(cfg, "ernie_gen", toy, "pretrain", {})
+    assert plain.rel_bias is None
+    args = study.parse_args(["--out", str(tmp_path)])
+    flags = study.train_flags(cfg, "ernie_gen", tmp_path, "cache", spec["pre"], args)
+    assert flags[flags.index("--rel_pos_buckets") + 1] == "32"

@@ -214,6 +214,30 @@ def test_train_py_pack_true_trains_as_pack_false(tmp_path, corpus, objective, mo
     assert len(plans) == 4 and any(b.extras["pack_shape"][0] < len(b) for b in plans)
 
 
+def test_steady_packing_keeps_one_width(tok, passages):
+    """train.py --pack with compiled blocks (fast.SteadyPacking): every batch in rows of one width, the widest
+    passage yet rounded up to 64 (only the count of rows changes, so the blocks compile for few shapes); each
+    batch is packed as plan_packing packs it at that width, and the width grows only for a longer passage."""
+    obj = get_objective("pmlm", tok, max_len=128)
+    steady = fast.SteadyPacking(multiple=64)
+    rng = random.Random(0)
+    # whole passages and their first sentences (the corpus's passages are nearly all full)
+    mixed = [[p if rng.random() < 0.5 else p[:1] for p in rng.sample(passages["train"], 8)] for _ in range(30)]
+    batches = [steady(obj.make_batch(examples, random.Random(k))) for k, examples in enumerate(mixed)]
+    widths = [b.extras["pack_shape"][1] for b in batches]
+    assert all(w % 64 == 0 for w in widths) and widths == sorted(widths)
+    assert len(set(widths)) <= 2 and len({b.extras["pack_shape"] for b in batches}) < len(batches)
+    for b in batches:
+        L = (b.kind != PAD).sum(1).max().item()
+        assert widths[-1] >= L
+    # the same rows as plan_packing at that width, and never wider than the longest passage needs
+    again = fast.plan_packing(batches[-1], 64, width=widths[-1])
+    assert again.extras["pack_shape"] == batches[-1].extras["pack_shape"]
+    assert fast.plan_packing(batches[0], 64, width=0).extras["pack_shape"][1] <= widths[0]
+    # a passage longer than the width widens the rows
+    assert fast.plan_packing(batches[0], 8, width=8).extras["pack_shape"][1] >= L
+
+
 # --- no leakage between passages --------------------------------------------------------------------------------------
 
 

@@ -284,6 +284,17 @@ def test_resume_refuses_changed_settings_and_names_them(tmp_path, corpus):
     assert max(train_losses(tmp_path / "r")) == 4
 
 
+def test_resume_on_another_number_of_processes_is_refused(tmp_path):
+    """The data order depends on the ranks: config.start_point refuses before anything is read."""
+    import config
+    from utils import save_checkpoint
+    save_checkpoint(tmp_path / "ckpt.pt", {"model": {}, "model_config": {}, "vocab": [],
+                                           "objective": "unilm", "data_state": [{}, {}]})
+    cfg = config.TrainConfig(resume=True, out_dir=str(tmp_path))
+    with pytest.raises(UsageError, match=r"trained on 2 process\(es\); resume it on as many"):
+        config.start_point(cfg, {}, {}, {"resume", "out_dir"}, world=1)
+
+
 def test_preset_with_init_from_is_refused(tmp_path, corpus):
     run(["--objective", "unilm", "--max_steps", "1"], tmp_path, corpus, "pre")
     with pytest.raises(UsageError, match="--preset small with --init_from"):

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Issue 21 on one GPU, every baseline in the same run (fifth session):
+#   bash bench/loop_profile_gpu.sh loop       # train.py's own loop, one passage a row vs --pack true
+#                                             # (fast.SteadyPacking: one row width, blocks compiled for any row count)
+#   bash bench/loop_profile_gpu.sh profile    # where a step's GPU time goes: pmlm on SDPA + bias vs on the Triton
+#                                             # attention (fast/triton_bias.py); PALM with and without its copy head;
+#                                             # beam-5 decoding (graphed and eager cached steps) against HF BART-base
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name --format=csv,noheader
+python -c "import torch; print('torch', torch.__version__)"
+case "${1:-loop}" in
+  loop)
+    python bench/bench_train.py --part loop --pack both --loop_steps ${STEPS:-80} --only "${ONLY:-unilm,pmlm,palm (copy)}" \
+      2>&1 | tee "$OUT/bench_loop.txt" | grep -E "compiled .* graph|^\| |^part|torch|Error|error" ;;
+  profile)
+    python bench/profile_step.py --part steps --only "pmlm,pmlm triton,palm (copy),palm (no copy)" 2>&1 \
+      | tee "$OUT/profile_steps.txt" | tail -120
+    python bench/bench_generate.py --objectives unilm,palm --profile --no_nocache --repeats 2 2>&1 \
+      | tee "$OUT/profile_generate.txt" | grep -v USDT | tail -90 ;;
+esac
