@@ -14,6 +14,8 @@ the tensors the blocks run on (B x L), over `batches` batches:
                  the preset's dense attention (fast.key_cost: every key of the row is computed), `flex` at no
                  cost (FlexAttention skips the tiles between passages), as train.py does for each path
   x64            the same with lengths rounded up to a multiple of 64 (train.py's setting when it compiles)
+  steady x64     fast.SteadyPacking: every batch in rows of one width, the widest passage yet to 64 (train.py
+                 --pack true with compiled blocks, so that only the count of rows changes)
 and rows, the rows the packed batch has (the batch's passages in fewer rows). Runs on a CPU in seconds
 (after the corpus's vocabulary and tokens are cached).
 
@@ -44,12 +46,16 @@ from objectives.masks import PAD                    # noqa: E402
 NAMES = ("unilm", "pmlm", "ernie_gen", "palm", "mass")
 
 
-def padding(batches, multiple, packing, key_cost=0.0):
-    """Share of padding slots over the batches' (rows x width) tensors -> (share, rows per batch)."""
+def padding(batches, multiple, packing, key_cost=0.0, steady=False):
+    """Share of padding slots over the batches' (rows x width) tensors -> (share, rows per batch).
+    steady: fast.SteadyPacking's rows (one width for all batches: train.py --pack on CUDA)."""
     real = slots = rows = 0
+    plan = fast.SteadyPacking(multiple)
     for batch in batches:
         real += int((batch.kind != PAD).sum())
-        if packing:
+        if packing and steady:
+            n, width = plan(batch).extras["pack_shape"]
+        elif packing:
             n, width = fast.plan_packing(batch, multiple, key_cost).extras["pack_shape"]
         else:
             n, L = batch.kind.shape
@@ -81,6 +87,7 @@ def measure(name, passages, tok, args):
     row["sdpa x64"], row["rows x64"] = padding(batches, 64, True, cost)
     row["flex"], _ = padding(batches, 1, True, 0.0)
     row["flex x64"], _ = padding(batches, 64, True, 0.0)
+    row["steady x64"], row["rows steady"] = padding(batches, 64, True, steady=True)
     return row
 
 
@@ -133,11 +140,12 @@ def main():
     print(f"\n{args.data or 'the embedded corpus'}: {len(passages)} passages, text {args.seq_len}, "
           f"batch {args.batch}, {args.batches} batches, vocab {len(tok)}, preset {args.preset}")
     print("| objective | one a row | packed, sdpa | packed, flex | rows (sdpa) | one a row x64 | packed x64, sdpa "
-          "| packed x64, flex | rows x64 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| packed x64, flex | rows x64 | steady x64 | rows steady |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['objective']} | {r['one a row']:.1%} | {r['sdpa']:.1%} | {r['flex']:.1%} | {r['rows']:.1f} | "
-              f"{r['one a row x64']:.1%} | {r['sdpa x64']:.1%} | {r['flex x64']:.1%} | {r['rows x64']:.1f} |")
+              f"{r['one a row x64']:.1%} | {r['sdpa x64']:.1%} | {r['flex x64']:.1%} | {r['rows x64']:.1f} | "
+              f"{r['steady x64']:.1%} | {r['rows steady']:.1f} |")
     if not args.speed:
         return
     print(f"\ntraining steps of the {args.speed} preset on {torch.get_num_threads()} CPU thread(s), torch "
