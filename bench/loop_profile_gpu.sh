@@ -5,6 +5,8 @@
 #   bash bench/loop_profile_gpu.sh profile    # where a step's GPU time goes: pmlm on SDPA + bias vs on the Triton
 #                                             # attention (fast/triton_bias.py); PALM with and without its copy head;
 #                                             # beam-5 decoding (graphed and eager cached steps) against HF BART-base
+#   bash bench/loop_profile_gpu.sh packed     # train.py's loop profiled (bench/profile_train.py), unilm one passage a
+#                                             # row and packed: why packing slowed unilm's loop (0.79x) down
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -19,4 +21,10 @@ case "${1:-loop}" in
       | tee "$OUT/profile_steps.txt" | tail -120
     python bench/bench_generate.py --objectives unilm,palm --profile --no_nocache --repeats 2 2>&1 \
       | tee "$OUT/profile_generate.txt" | grep -v USDT | tail -90 ;;
+  packed)
+    for pack in false true; do
+      python bench/profile_train.py --objective unilm --preset base --seq_len 512 --batch_size 32 --max_steps 30 \
+        --log_interval 10 --eval_interval 100000 --ckpt_interval 100000 --progress false --pack $pack \
+        --out_dir /tmp/profile-unilm-$pack --overwrite true 2>&1 | tee "$OUT/profile_train_unilm_pack_$pack.txt" | tail -45
+    done ;;
 esac
