@@ -116,13 +116,17 @@ def use_fast_layer(model, objective, cfg, device):
     if model.config.attn_impl == "flex" and device.type != "cuda":
         raise UsageError("--attn_impl flex trains on CUDA only "
                          "(FlexAttention has no backward on a CPU)")
-    compiled = cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda")
+    compiled = switched_on(cfg.compile, device)
     if compiled:
         # few distinct lengths, few compilations
         objective.pad_multiple = 64
     # packed rows (--pack) keep one width: the blocks compile once more, for any count of rows
-    packs = packing(cfg, model, device) is not None
-    fast.speed_up(model, compile=compiled, dynamic=None if packs else False)
+    fast.speed_up(model, compile=compiled, dynamic=None if switched_on(cfg.pack, device) else False)
+
+
+def switched_on(setting, device):
+    """An auto | true | false setting (--compile, --pack): auto means on CUDA."""
+    return setting == "true" or (setting == "auto" and device.type == "cuda")
 
 
 def packing(cfg, model, device):
@@ -130,9 +134,9 @@ def packing(cfg, model, device):
     training batch: several passages a row, all rows of one width where the blocks are compiled
     (fast.SteadyPacking: one shape but the count of rows), else the cheapest width per batch,
     priced by what a wider row costs the attention (fast.plan_packing)."""
-    if not (cfg.pack == "true" or (cfg.pack == "auto" and device.type == "cuda")):
+    if not switched_on(cfg.pack, device):
         return None
-    if cfg.compile == "true" or (cfg.compile == "auto" and device.type == "cuda"):
+    if switched_on(cfg.compile, device):
         return fast.SteadyPacking(multiple=64)
     key_cost = 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
     return functools.partial(fast.plan_packing, key_cost=key_cost)

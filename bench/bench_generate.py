@@ -87,7 +87,7 @@ def bench_ours(args, device, dtype, name, use_cache, cuda_graph):
                              min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch,
                              cuda_graph=cuda_graph)
     median, times, out = timed(run, args.repeats, device)
-    if getattr(args, "profile", False):
+    if args.profile:
         profile_call(run, device, f"{name} ({label(use_cache, cuda_graph)})", args.new_tokens)
     lengths = {len(h[0][0]) for h in out}
     assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"

@@ -293,11 +293,12 @@ def pretrain_steps(cfg, objective, options, cache, seed, corpus):
 
 
 def objective_and_model(cfg, objective, tok, task, options):
+    import config
     import model as M
     from objectives import get_objective
     shape = M.PRESETS[cfg["preset"]]
     # an option is the model's (e.g. rel_pos_buckets) or the objective's
-    fields = set(M.ModelConfig.__dataclass_fields__)
+    fields = config.model_fields()
     model_options = {k: v for k, v in options.items() if k in fields}
     obj = get_objective(objective, tok, task=task, max_len=shape["max_position"],
                         **{k: v for k, v in options.items() if k not in fields})
