@@ -47,7 +47,7 @@ the issue's measurements (one H100, one process, batch 64: a pre-trained cell 8-
              processes per GPU take turns on it (no MPS: their kernels fill each other's gaps), and
              the 64 cores of a 4-GPU machine feed 16 processes and their batch workers (~1.5 cores
              each at full speed); if they get ~3x of one process's throughput per GPU: 268 / 4 / 3
-             ~ 21 minutes, plus ~1 minute of shared caches on the first call
+             ~ 22 minutes, plus ~1 minute of shared caches on the first call
 The first call measures it: the scheduler prints each job's minutes and, at the end, how many jobs ran
 at once on average; --per_gpu, --pre_batch, --compile and --workers are the knobs.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
