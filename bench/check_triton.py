@@ -30,8 +30,9 @@ from pathlib import Path
 
 import torch
 
-if not torch.cuda.is_available():
-    # before triton is imported: run the kernels with numpy on the CPU
+if not torch.cuda.is_available() and "--build" not in sys.argv:
+    # before triton is imported (newer Triton fixes the mode at import): the kernels with numpy on
+    # the CPU; --build wants the compiler
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
