@@ -84,13 +84,35 @@ def run(fn, q, k, v, table, g):
     return [o.detach()] + [t.grad.detach().clone() for t in (q, k, v, table)]
 
 
-def compare(label, layout, dev, H, D, rows, seed=0):
-    """The kernel against the naive path on one layout (pos, kind, step, passage), fp32 and bf16."""
+def prefix_tiles(allowed, pos):
+    """How _backward_q's key tiles sum the bias gradient on this layout: (tiles it visits, those
+    whose keys hold consecutive positions: by prefix sums, the rest bucket by bucket)."""
+    from fast import triton_bias as FBA
+    BM, BN = FBA.BACKWARD_Q[:2]
+    B, L, _ = allowed.shape
+    visited = consecutive = 0
+    for b in range(B):
+        # position - index: one value along a run of consecutive positions
+        run = pos[b] - torch.arange(L, device=pos.device)
+        for n in range(0, L, BN):
+            seen = sum(bool(allowed[b, m:m + BM, n:n + BN].any()) for m in range(0, L, BM))
+            visited += seen
+            consecutive += seen * bool((run[n:n + BN] == run[n]).all())
+    return visited, consecutive
+
+
+def compare(label, layout, dev, H, D, rows, seed=0, scattered=False):
+    """The kernel against the naive path on one layout (pos, kind, step, passage), fp32 and bf16;
+    dQ and the table's gradient with each way of summing it by bucket (FBA.TABLE_GRADIENT).
+    scattered: buckets that are not runs of distances (every tile then sums bucket by bucket)."""
     from fast import triton_bias as FBA
     pos, kind, step, passage = (t.to(dev) if t is not None else None for t in layout)
     B, L = kind.shape
     torch.manual_seed(seed)
     rel_bias = M.RelativePositionBias(32, 128, H, 512).to(dev)
+    if scattered:
+        distance = torch.arange(rel_bias.distance_bucket.numel(), device=dev) - rel_bias.offset
+        rel_bias.distance_bucket = (distance.abs() * 7) % 32
     with torch.no_grad():
         rel_bias.table.weight.normal_(0, 1.0)              # a bias that matters next to q k^T
     table = rel_bias.table.weight
@@ -98,6 +120,11 @@ def compare(label, layout, dev, H, D, rows, seed=0):
     inp = inputs_for(rel_bias, pos, kind, step, passage)
     counts = "/".join(str(int((inp.tiles == s).sum())) for s in (0, 1, 2))
     rows.append((label, f"B {B}, L {L}: {TILE_NOTE}", counts, True))
+    visited, consecutive = prefix_tiles(allowed, pos)
+    runs = bool(inp.bucket_bounds[2].all())
+    rows.append((label, "dQ key tiles visited / with consecutive positions (by prefix sums)"
+                 + ("" if runs else "; buckets not runs: none by prefix sums"),
+                 f"{visited} / {consecutive if runs else 0}", True))
     x = torch.randn(3, B, H, L, D, device=dev)
     g = torch.randn(B, H, L, D, device=dev)
     real = (kind != masks.PAD)[:, None, :, None]
@@ -120,21 +147,33 @@ def compare(label, layout, dev, H, D, rows, seed=0):
         else:
             want = run(naive, q, k, v, table, g)
         qd, kd, vd = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
-        got = run(lambda q, k, v: FBA.attention(q, k, v, inp), qd, kd, vd, table, g)
-        # padding rows: any finite output will do (they carry no loss); compare the real ones
-        got[0], want[0] = got[0] * real, want[0] * real
+        want[0] = want[0] * real
         if dtype == torch.bfloat16:
             ref16 = run(naive, qd, kd, vd, table, g)
             ref16[0] = ref16[0] * real
-        for name, a, b in zip(("out", "dq", "dk", "dv", "dtable"), got, want):
-            err = rel(a, b)
-            good = err < limit and bool(torch.isfinite(a).all())
-            ok &= good
-            scale = ""
-            if dtype == torch.bfloat16:
-                i = ("out", "dq", "dk", "dv", "dtable").index(name)
-                scale = f" (naive in bf16: {rel(ref16[i], b):.1e})"
-            rows.append((label, f"{name}, {str(dtype)[6:]}", f"{err:.2e}{scale}", good))
+        default = FBA.TABLE_GRADIENT
+        for way in ("prefix", "loop"):
+            FBA.TABLE_GRADIENT = way
+            try:
+                got = run(lambda q, k, v: FBA.attention(q, k, v, inp), qd, kd, vd, table, g)
+            finally:
+                FBA.TABLE_GRADIENT = default
+            # padding rows: any finite output will do (they carry no loss); compare the real ones
+            got[0] = got[0] * real
+            for i, name in enumerate(("out", "dq", "dk", "dv", "dtable")):
+                # the other way changes dQ and the table's gradient only
+                if way == "loop" and name not in ("dq", "dtable"):
+                    continue
+                err = rel(got[i], want[i])
+                good = err < limit and bool(torch.isfinite(got[i]).all())
+                ok &= good
+                scale = ""
+                if dtype == torch.bfloat16:
+                    scale = f" (naive in bf16: {rel(ref16[i], want[i]):.1e})"
+                what = f"{name}, {str(dtype)[6:]}"
+                if name in ("dq", "dtable"):
+                    what += f", table gradient by {way}"
+                rows.append((label, what, f"{err:.2e}{scale}", good))
     return ok
 
 
@@ -304,9 +343,11 @@ def check_build(rows):
     ints = {"H", "L", "n_tiles", "n_dist", "offset"}
     ok = True
     for dtype, prec in (("bf16", "tf32"), ("fp32", "ieee")):
+        # _backward_q with each way of summing the bias gradient by bucket (FBA.TABLE_GRADIENT)
         for fn, shape, extra in ((FBA._forward, FBA.FORWARD, {}),
                                  (FBA._backward_kv, FBA.BACKWARD_KV, {}),
-                                 (FBA._backward_q, FBA.BACKWARD_Q, {"NB": 32})):
+                                 (FBA._backward_q, FBA.BACKWARD_Q, {"NB": 32, "TABLE": "prefix"}),
+                                 (FBA._backward_q, FBA.BACKWARD_Q, {"NB": 32, "TABLE": "loop"})):
             BM, BN, warps, stages = shape
             consts = dict(BM=BM, BN=BN, D=64, TILE=FBA.TILE, PREC=prec, **extra)
             signature = {}
@@ -322,6 +363,8 @@ def check_build(rows):
                 else:
                     signature[name] = "*" + pointers.get(name, "i32")
             label = f"{fn.__name__}, {dtype}, tiles {shape}"
+            if "TABLE" in extra:
+                label += f", table gradient by {extra['TABLE']}"
             try:
                 kernel = triton.compile(ASTSource(fn, signature, constexprs=consts),
                                         target=GPUTarget("cuda", 90, 32),
@@ -330,13 +373,17 @@ def check_build(rows):
                 cubin.write_bytes(kernel.asm["cubin"])
                 usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)],
                                        capture_output=True, text=True).stdout
-                stack = next(w for w in usage.split() if w.startswith("STACK:"))
+                words = usage.replace(",", " ").split()
+                stack = next(w for w in words if w.startswith("STACK:"))
+                regs = next(w for w in words if w.startswith("REG:"))
                 wgmma = kernel.asm["ptx"].count("wgmma.mma_async")
-                rows.append(("build, sm_90", label,
-                             f"{stack}, shared {kernel.metadata.shared} B, {wgmma} wgmma", True))
+                rows.append(("build, sm_90", label, f"{regs}, {stack}, shared "
+                             f"{kernel.metadata.shared} B, {wgmma} wgmma", True))
             except Exception as e:
                 ok = False
-                rows.append(("build, sm_90", label, f"{type(e).__name__}: {str(e)[:200]}", False))
+                # a compilation error's last line names the error
+                why = str(e).strip().splitlines()[-1][:200]
+                rows.append(("build, sm_90", label, f"{type(e).__name__}: {why}", False))
     return ok
 
 
@@ -349,6 +396,8 @@ def check(dev, base=False):
              ("packed rows", packed_layout(2, 230))]
     for label, layout in small:
         ok &= compare(label, layout, dev, H=2, D=32, rows=rows)
+    ok &= compare("pmlm batch, buckets not runs of distances", objective_layout("pmlm", 1, 100),
+                  dev, H=2, D=32, rows=rows, scattered=True)
     if base:
         ok &= compare("pmlm batch, base size", objective_layout("pmlm", 8, 509), dev, H=12, D=64,
                       rows=rows)
@@ -383,6 +432,8 @@ def main():
     else:
         rows, ok = check(dev, args.base)
     where = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu, Triton's interpreter"
+    if args.build:
+        where = "cpu, built for sm_90 with triton's ptxas"
     print(f"\n{where}, torch {torch.__version__}, triton {triton.__version__}")
     print("| layout | check | result (relative error) | |\n|---|---|---|---|")
     for label, what, value, good in rows:

@@ -54,6 +54,12 @@ LOG2E = 1.4426950408889634     # log2(e): the kernels use exp2
 FORWARD = (128, 32, 8, 2)
 BACKWARD_KV = (32, 128, 8, 2)
 BACKWARD_Q = (128, 32, 8, 2)
+# How _backward_q reduces the bias table's gradient dS by bucket (read at every launch, so a
+# benchmark can time both in one run): "prefix", a prefix sum along each row of the tile read at
+# the bucket bounds (a cost that does not grow with the buckets a tile spans), where the tile's keys
+# hold consecutive positions, else "loop"; "loop" everywhere, one masked sum per bucket the tile
+# spans (the kernel before; 3x the forward's time in a pmlm step, bench/RESULTS.md).
+TABLE_GRADIENT = "prefix"
 
 # masks.may_attend as a Triton function: its own code, with the token kinds as Triton constants
 _RULE_GLOBALS = {name: tl.constexpr(getattr(masks, name))
@@ -72,6 +78,8 @@ class Inputs(NamedTuple):
     every block in place of a mask (its attend is the attention call)."""
     table: torch.Tensor            # (num_buckets, H) the learned bias table (a zero row: no bias)
     distance_bucket: torch.Tensor  # (2P - 1,) int32, the bucket of each distance -(P-1) .. P-1
+    bucket_bounds: torch.Tensor    # (3, NB) int32: each bucket's first and last distance, and
+                                   # whether every bucket is one run of distances (bucket_bounds)
     position_ids: torch.Tensor     # (B, L) int32
     kind: torch.Tensor             # (B, L) int32, masks.PAD ... masks.SPAN
     step: torch.Tensor             # (B, L) int32
@@ -81,6 +89,29 @@ class Inputs(NamedTuple):
     def attend(self, q, k, v):
         """q, k, v (B, H, L, D) -> (B, H, L, D)."""
         return attention(q, k, v, self)
+
+
+def padded_buckets(n_buckets):
+    """The bucket axis of _backward_q's tables: the buckets padded to a power of 2 (at least 2)."""
+    return triton.next_power_of_2(max(n_buckets, 2))
+
+
+def bucket_bounds(distance_bucket, n_buckets):
+    """(2P - 1,) bucket of each distance -(P-1) .. P-1 -> (3, NB) int32, NB = padded_buckets:
+    row 0 each bucket's first distance, row 1 its last (a bucket no distance has: last = first - 1,
+    an empty run), row 2 all 1 if every bucket is one run of consecutive distances (T5's buckets
+    are), else all 0 (then _backward_q sums every tile bucket by bucket). Made on the device
+    without waiting for it."""
+    NB = padded_buckets(n_buckets)
+    b = distance_bucket.long()
+    offset = (b.numel() - 1) // 2
+    d = torch.arange(b.numel(), device=b.device) - offset
+    first = torch.full((NB,), offset + 1, device=b.device).scatter_reduce(0, b, d, "amin")
+    last = torch.full((NB,), -offset - 1, device=b.device).scatter_reduce(0, b, d, "amax")
+    count = torch.zeros(NB, dtype=torch.long, device=b.device).index_add_(0, b, torch.ones_like(b))
+    last = torch.where(count > 0, last, first - 1)
+    runs = (count == last - first + 1).all().long().expand(NB)
+    return torch.stack([first, last, runs]).to(torch.int32).contiguous()
 
 
 def tile_states(allowed):
@@ -115,8 +146,9 @@ def inputs(model, position_ids, spec):
         table = torch.zeros(1, model.config.n_head, device=dev)
         distance_bucket = torch.zeros(2 * P - 1, dtype=torch.long, device=dev)
     i32 = lambda t: t.to(torch.int32).contiguous()
-    return Inputs(table, i32(distance_bucket), i32(position_ids), i32(spec.kind), i32(spec.step),
-                  i32(passage), tile_states(allowed))
+    return Inputs(table, i32(distance_bucket), bucket_bounds(distance_bucket, table.size(0)),
+                  i32(position_ids), i32(spec.kind), i32(spec.step), i32(passage),
+                  tile_states(allowed))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,13 +310,49 @@ def _backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, BIAS, POS, KIND, STEP, PASSAGE
 
 
 @triton.jit
-def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, DTABLE, BIAS, BUCKET, POS, KIND, STEP, PASSAGE, TILES,
-                sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sd_b, sd_h, sd_l,
-                sg_b, sg_h, sg_l, H, L, n_tiles, n_dist, offset, scale2, scale,
+def _prefix_at(c, x):
+    """c (rows, cols) prefix sums along each row (inclusive), x (rows, n) in 0 .. cols -> (rows, n)
+    the sum of the first x entries of each row: c[row, x - 1], 0 where x is 0."""
+    return tl.where(x == 0, 0.0, tl.gather(c, tl.maximum(x - 1, 0), 1))
+
+
+@triton.jit
+def _table_by_prefix(ds, shift, first, last, BN: tl.constexpr):
+    """ds (BM, BN) of a key tile whose keys hold consecutive positions, so that pair (i, j) is at
+    distance shift[i] + j; bucket n holds the distances first[n] .. last[n]. -> (BM, NB) each
+    row's dS summed by bucket: a bucket's pairs in a row are consecutive entries, so its sum is a
+    difference of two prefix sums of the row, whatever the buckets the tile spans."""
+    c = tl.cumsum(ds, 1)
+    # (BM, NB): how many of a row's keys lie before the bucket, and up to its end
+    before = tl.minimum(tl.maximum(first[None, :] - shift[:, None], 0), BN)
+    through = tl.minimum(tl.maximum(last[None, :] + 1 - shift[:, None], 0), BN)
+    return _prefix_at(c, through) - _prefix_at(c, before)
+
+
+@triton.jit
+def _table_by_loop(ds, BUCKET, q_pos, k_pos, offset, buckets, NB: tl.constexpr):
+    """ds (BM, BN) of a tile of any positions, BUCKET the bucket of each distance, buckets
+    arange(NB) -> (BM, NB) each row's dS summed by bucket: one masked sum per bucket the tile
+    spans."""
+    bucket = tl.load(BUCKET + k_pos[None, :] - q_pos[:, None] + offset)     # (BM, BN)
+    dtable = tl.zeros([ds.shape[0], NB], tl.float32)
+    lo = tl.min(tl.where(ds != 0.0, bucket, NB))
+    hi = tl.max(tl.where(ds != 0.0, bucket, -1))
+    for j in range(lo, hi + 1):
+        row_sum = tl.sum(tl.where(bucket == j, ds, 0.0), 1)               # (BM,)
+        dtable += tl.where(buckets[None, :] == j, row_sum[:, None], 0.0)
+    return dtable
+
+
+@triton.jit
+def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, DTABLE, BIAS, BUCKET, BOUNDS, POS, KIND, STEP,
+                PASSAGE, TILES, sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sd_b, sd_h,
+                sd_l, sg_b, sg_h, sg_l, H, L, n_tiles, n_dist, offset, scale2, scale,
                 BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, TILE: tl.constexpr,
-                NB: tl.constexpr, PREC: tl.constexpr):
+                NB: tl.constexpr, PREC: tl.constexpr, TABLE: tl.constexpr):
     """One query tile (BM rows) of one (batch row, head) over its key tiles: dQ, and this
-    program's partial bias-table gradient (NB buckets) into DTABLE[b, h, m_block]."""
+    program's partial bias-table gradient (NB buckets) into DTABLE[b, h, m_block]. TABLE: how dS
+    is summed by bucket (TABLE_GRADIENT)."""
     m_block = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
@@ -296,6 +364,11 @@ def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, DTABLE, BIAS, BUCKET, POS, KIND, ST
     delta = tl.load(DELTA + (b * H + h) * L + qi, mask=qi < L, other=0.0)
     dq = tl.zeros([BM, D], tl.float32)
     buckets = tl.arange(0, NB)
+    if TABLE == "prefix":
+        # each bucket's first and last distance; runs: every bucket is one run of distances
+        first = tl.load(BOUNDS + buckets)
+        last = tl.load(BOUNDS + NB + buckets)
+        runs = tl.min(tl.load(BOUNDS + 2 * NB + buckets))
     # per row and bucket, summed over rows once at the end: a sum along a row stays in its warp
     dtable = tl.zeros([BM, NB], tl.float32)
     for n_block in range(0, tl.cdiv(L, BN)):
@@ -314,13 +387,21 @@ def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, DTABLE, BIAS, BUCKET, POS, KIND, ST
             dp = _dot(do, tl.trans(v), PREC)
             ds = p * (dp - delta[:, None])
             dq += _dot(ds.to(k.dtype), k, PREC)
-            # the bias gradient: dS summed by bucket, over the buckets this tile has
-            bucket = tl.load(BUCKET + k_pos[None, :] - q_pos[:, None] + offset)
-            lo = tl.min(tl.where(ds != 0.0, bucket, NB))
-            hi = tl.max(tl.where(ds != 0.0, bucket, -1))
-            for j in range(lo, hi + 1):
-                row_sum = tl.sum(tl.where(bucket == j, ds, 0.0), 1)       # (BM,)
-                dtable += tl.where(buckets[None, :] == j, row_sum[:, None], 0.0)
+            # the bias gradient: dS summed by bucket
+            if TABLE == "prefix":
+                # keys at consecutive positions (the text: most tiles) have one position - index
+                # (keys past L hold no dS: any position will do)
+                run = k_pos - kj
+                run_lo = tl.min(tl.where(kj < L, run, 1 << 30))
+                run_hi = tl.max(tl.where(kj < L, run, -(1 << 30)))
+                if (run_lo == run_hi) & (runs == 1):
+                    # the distance of the tile's first key from each query
+                    shift = run_lo + n_block * BN - q_pos                   # (BM,)
+                    dtable += _table_by_prefix(ds, shift, first, last, BN)
+                else:
+                    dtable += _table_by_loop(ds, BUCKET, q_pos, k_pos, offset, buckets, NB)
+            else:
+                dtable += _table_by_loop(ds, BUCKET, q_pos, k_pos, offset, buckets, NB)
     d = tl.arange(0, D)
     tl.store(DQ + b * sg_b + h * sg_h + qi[:, None] * sg_l + d[None, :],
              (dq * scale).to(DQ.dtype.element_ty), mask=(qi < L)[:, None])
@@ -366,8 +447,9 @@ def _unit_stride(t):
 
 @torch.library.custom_op("unigen::bias_attention", mutates_args=())
 def bias_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,
-                   distance_bucket: torch.Tensor, position_ids: torch.Tensor, kind: torch.Tensor,
-                   step: torch.Tensor, passage: torch.Tensor, tiles: torch.Tensor
+                   distance_bucket: torch.Tensor, bucket_bounds: torch.Tensor,
+                   position_ids: torch.Tensor, kind: torch.Tensor, step: torch.Tensor,
+                   passage: torch.Tensor, tiles: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """-> attention output (B, H, L, D) and the log2-sum-exp of every row (B, H, L) fp32."""
     q, k, v = (_unit_stride(t) for t in (q, k, v))
@@ -384,7 +466,7 @@ def bias_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: tor
 
 
 @bias_attention.register_fake
-def _(q, k, v, table, distance_bucket, position_ids, kind, step, passage, tiles):
+def _(q, k, v, table, distance_bucket, bucket_bounds, position_ids, kind, step, passage, tiles):
     B, H, L, D = q.shape
     return _like_heads(q), q.new_empty(B, H, L, dtype=torch.float32)
 
@@ -392,9 +474,9 @@ def _(q, k, v, table, distance_bucket, position_ids, kind, step, passage, tiles)
 @torch.library.custom_op("unigen::bias_attention_backward", mutates_args=())
 def bias_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             o: torch.Tensor, lse: torch.Tensor, table: torch.Tensor,
-                            distance_bucket: torch.Tensor, position_ids: torch.Tensor,
-                            kind: torch.Tensor, step: torch.Tensor, passage: torch.Tensor,
-                            tiles: torch.Tensor
+                            distance_bucket: torch.Tensor, bucket_bounds: torch.Tensor,
+                            position_ids: torch.Tensor, kind: torch.Tensor, step: torch.Tensor,
+                            passage: torch.Tensor, tiles: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> dq, dk, dv (B, H, L, D) and d table (num_buckets, H)."""
     do, q, k, v = (_unit_stride(t) for t in (do, q, k, v))
@@ -407,22 +489,25 @@ def bias_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     _backward_kv[(triton.cdiv(L, BN), B * H)](
         q, k, v, do, lse, delta, dk, dv, bias, position_ids, kind, step, passage, tiles,
         *strides, **const, scale=scale, BM=BM, BN=BN, num_warps=warps, num_stages=stages)
+    if TABLE_GRADIENT not in ("prefix", "loop"):
+        raise ValueError(f"triton_bias: TABLE_GRADIENT {TABLE_GRADIENT!r} is not prefix or loop")
     n_buckets = table.size(0)
-    NB = triton.next_power_of_2(max(n_buckets, 2))
+    NB = padded_buckets(n_buckets)
     BM, BN, warps, stages = BACKWARD_Q
     n_parts = triton.cdiv(L, BM)
     parts = q.new_empty(B, H, n_parts, NB, dtype=torch.float32)
     _backward_q[(n_parts, B * H)](
-        q, k, v, do, lse, delta, dq, parts, bias, distance_bucket, position_ids, kind, step,
-        passage, tiles, *strides, **const, scale=scale, BM=BM, BN=BN, NB=NB,
-        num_warps=warps, num_stages=stages)
+        q, k, v, do, lse, delta, dq, parts, bias, distance_bucket, bucket_bounds, position_ids,
+        kind, step, passage, tiles, *strides, **const, scale=scale, BM=BM, BN=BN, NB=NB,
+        TABLE=TABLE_GRADIENT, num_warps=warps, num_stages=stages)
     # the partial tables, summed once: (B, H, parts, NB) -> (NB, H)
     dtable = parts.sum((0, 2))[:, :n_buckets].t().to(table.dtype).contiguous()
     return dq, dk, dv, dtable
 
 
 @bias_attention_backward.register_fake
-def _(do, q, k, v, o, lse, table, distance_bucket, position_ids, kind, step, passage, tiles):
+def _(do, q, k, v, o, lse, table, distance_bucket, bucket_bounds, position_ids, kind, step, passage,
+      tiles):
     return _like_heads(q), _like_heads(k), _like_heads(v), torch.empty_like(table)
 
 
@@ -431,10 +516,11 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, do, dlse):
-    q, k, v, table, distance_bucket, pos, kind, step, passage, tiles, o, lse = ctx.saved_tensors
-    dq, dk, dv, dtable = bias_attention_backward(do, q, k, v, o, lse, table, distance_bucket, pos,
-                                                 kind, step, passage, tiles)
-    return dq, dk, dv, dtable, None, None, None, None, None, None
+    q, k, v, table, distance_bucket, bounds, pos, kind, step, passage, tiles, o, lse = \
+        ctx.saved_tensors
+    dq, dk, dv, dtable = bias_attention_backward(do, q, k, v, o, lse, table, distance_bucket,
+                                                 bounds, pos, kind, step, passage, tiles)
+    return dq, dk, dv, dtable, None, None, None, None, None, None, None
 
 
 bias_attention.register_autograd(_backward, setup_context=_setup_context)
@@ -444,8 +530,8 @@ def attention(q, k, v, inp: Inputs):
     """softmax(q k^T / sqrt(d) + bias, masked) v for q, k, v (B, H, L, D), the mask and bias of
     `inp` -> (B, H, L, D). Twin: model.naive_attention with Transformer.encode's dense mask and
     bias (bench/check_triton.py)."""
-    o, _ = bias_attention(q, k, v, inp.table, inp.distance_bucket, inp.position_ids, inp.kind,
-                          inp.step, inp.passage, inp.tiles)
+    o, _ = bias_attention(q, k, v, inp.table, inp.distance_bucket, inp.bucket_bounds,
+                          inp.position_ids, inp.kind, inp.step, inp.passage, inp.tiles)
     return o
 
 
