@@ -2,6 +2,7 @@
 
     python bench/profile_step.py --part steps    # torch.profiler over a few bare steps of each run: the top kernels
     python bench/profile_step.py --only "pmlm,pmlm triton"   # the same for pmlm with fast/triton_bias.py's attention
+    python bench/profile_step.py --only "pmlm triton,pmlm triton loop"   # its dQ kernel's bias gradient, new and old
     python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
     python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways
     python bench/profile_step.py --part triton   # fast/triton_bias.py (Triton) against SDPA: attention, pmlm step
@@ -59,10 +60,28 @@ def kind_of(name):
     return "other"
 
 
-def profile_run(name, impl, options, label, tok, examples, args, device, triton=False):
+def table_gradient(way):
+    """Set how fast/triton_bias.py's dQ kernel sums the bias gradient by bucket ("prefix", the default, or "loop",
+    the kernel before) -> the previous way."""
+    from fast import triton_bias as FBA
+    before, FBA.TABLE_GRADIENT = FBA.TABLE_GRADIENT, way
+    return before
+
+
+def profile_run(name, impl, options, label, tok, examples, args, device, triton=None):
+    """triton: None (the step as built), or how the Triton kernel sums the bias gradient ("prefix", "loop")."""
     s = build_step(name, impl, options, tok, examples, args, device)
     if triton:
         fast.use_triton_bias(s["model"])                 # the flex model's attention, by fast/triton_bias.py
+        before = table_gradient(triton)
+    try:
+        profile_steps(s, label, impl, args, device)
+    finally:
+        if triton:
+            table_gradient(before)
+
+
+def profile_steps(s, label, impl, args, device):
     batches, step = s["batches"], s["step"]
     sec = timed(step, batches, args.warmup, device)
     from torch.profiler import ProfilerActivity, profile
@@ -290,15 +309,21 @@ def attention_alone(tok, examples, args, device):
     shapes = [default, ((64, 32, 4, 2), (32, 64, 4, 2), (64, 32, 4, 2)),
               ((128, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
               ((128, 32, 8, 3), (32, 128, 8, 3), (128, 32, 8, 3))]
-    for shape in shapes:
+    # every shape with the bias gradient by prefix sums (the default); the default shape also by the loop over
+    # buckets (the dQ kernel before)
+    runs = [(shape, "prefix") for shape in shapes] + [(default, "loop")]
+    for shape, way in runs:
         FBA.FORWARD, FBA.BACKWARD_KV, FBA.BACKWARD_Q = shape
-        label = f"triton, tiles fwd {shape[0]} dkdv {shape[1]} dq {shape[2]}, fwd + bwd"
+        before = table_gradient(way)
+        label = f"triton, tiles fwd {shape[0]} dkdv {shape[1]} dq {shape[2]}, table gradient by {way}, fwd + bwd"
         try:
             ms = timed(triton, reps, args.warmup, device) * 1000
             err = float((out["o"].float() - ref).norm() / ref.norm())
             rows.append((label, ms, err))
         except Exception as e:                      # a shape that does not compile: say so, go on
             say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+        finally:
+            table_gradient(before)
     FBA.FORWARD, FBA.BACKWARD_KV, FBA.BACKWARD_Q = default
     counts = [int((inp.tiles == st).sum()) for st in (0, 1, 2)]
     say(f"attention alone: B={B}, H={H}, L={L}, D={D}, bf16; 32 x 32 tiles empty / partial / full: {counts}")
@@ -316,21 +341,28 @@ def triton_part(tok, examples, args, device):
     steps = []
     # dropout 0.1 as bench_train.py; the Triton kernel has no dropout on the attention weights (as flex), so
     # sdpa + bias also runs with every dropout off
-    runs = (("sdpa + bias (BucketBias), train.py's default", "sdpa", False, {}),
-            ("sdpa + bias (BucketBias), dropout 0", "sdpa", False, {"dropout": 0.0}),
-            ("triton (fast/triton_bias.py), no attention dropout", "flex", True, {}),
-            ("sdpa, no relative bias", "sdpa", False, {"rel_pos_buckets": 0}))
+    # triton: how its dQ kernel sums the bias gradient ("prefix", the default; "loop", the kernel before)
+    runs = (("sdpa + bias (BucketBias), train.py's default", "sdpa", None, {}),
+            ("sdpa + bias (BucketBias), dropout 0", "sdpa", None, {"dropout": 0.0}),
+            ("triton (fast/triton_bias.py), no attention dropout", "flex", "prefix", {}),
+            ("triton, bias gradient by the loop over buckets (before)", "flex", "loop", {}),
+            ("sdpa, no relative bias", "sdpa", None, {"rel_pos_buckets": 0}))
     for label, impl, triton, overrides in runs:
         args.model_overrides = overrides
+        before = None
         try:
             s = build_step("pmlm", impl, {}, tok, examples, args, device)
             if triton:
                 fast.use_triton_bias(s["model"])
+                before = table_gradient(triton)
             steps.append((label, timed(s["step"], s["batches"], args.warmup, device) * 1000))
             del s
         except Exception as e:
             steps.append((label, float("nan")))
             say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+        finally:
+            if before is not None:
+                table_gradient(before)
         say(f"pmlm step, {steps[-1][0]}: {steps[-1][1]:.1f} ms")
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -411,13 +443,15 @@ def main():
     if args.part == "steps":
         runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
                 "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False}),
-                "pmlm triton": ("pmlm", "flex", {})}
+                "pmlm triton": ("pmlm", "flex", {}), "pmlm triton loop": ("pmlm", "flex", {})}
         for label in args.only.split(","):
             name, impl, options = runs[label]
             if impl == "flex" and device.type != "cuda":
                 continue
+            # "pmlm triton loop": the dQ kernel's bias gradient by the loop over buckets (the kernel before)
+            triton = ("loop" if label.endswith("loop") else "prefix") if "triton" in label else None
             try:
-                profile_run(name, impl, options, label, tok, examples, args, device, triton="triton" in label)
+                profile_run(name, impl, options, label, tok, examples, args, device, triton=triton)
             except Exception as e:
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             if device.type == "cuda":

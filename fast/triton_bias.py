@@ -23,7 +23,13 @@ What happens inside, per (query tile, key tile) of one (batch row, head):
   - forward: online softmax in base 2 (FlashAttention-2), the log-sum-exp kept for backward;
   - backward: one kernel for dK and dV (a key tile over its query tiles), one for dQ (a query tile
     over its key tiles), which also reduces the bias gradient dS by bucket into a partial table
-    per program; the partial tables are summed once afterwards (no atomic adds).
+    per program; the partial tables are summed once afterwards (no atomic adds);
+  - the reduction by bucket: where a key tile's keys hold consecutive positions (the text, most
+    tiles; queries may be anywhere), pair (i, j) is at distance shift_i + j, so a bucket (a run of
+    distances) covers consecutive keys of each row: its sum is a difference of two prefix sums
+    along the row, read at the bucket's bounds (one cumsum and two gathers a tile, whatever the
+    buckets it spans). Other tiles ([P]/[M] keys reusing positions, a packed row's passage
+    boundary) take one masked sum per bucket they span (TABLE_GRADIENT keeps that everywhere).
 The two ops are torch.library custom ops, so the compiled blocks (fast.compile_blocks) keep them
 as opaque calls with a registered backward.
 
