@@ -1,10 +1,11 @@
 """The fast layer's search (fast/beam.py: fast.beam_search, fast.greedy) equals the readable one (generate.beam_search,
 generate.greedy): the same hypotheses in the same order and the same scores, for all four objectives, on the readable
-KV cache and on fast.StaticStep run eagerly (what CUDA replays as a graph), with sources that end early, sources that
-reach max_len, [EOS] banned before min_len, n-gram blocking on and off, two length penalties and beams of 2 to 5; on
-hand-built score tables full of exact ties and impossible (-inf) candidates; and on generate()'s CUDA-graph path
-simulated on a CPU. A counter of host reads checks that the step loop reads nothing from the tensors but the
-"is every source done?" flag every few steps."""
+KV cache, on fast.StaticStep run eagerly (what CUDA replays as a graph) and without a cache, with sources that end
+early, sources that reach max_len, [EOS] banned before min_len, n-gram blocking on and off, two length penalties and
+beams of 2 to 5; on hand-built score tables full of exact ties and impossible (-inf) candidates; and on generate()'s
+CUDA-graph path simulated on a CPU. A counter of host reads checks that the step loop reads nothing from the tensors
+but the "is every source done?" flag every few steps."""
+import functools
 import sys
 
 import pytest
@@ -51,8 +52,9 @@ def counting_steps(dec):
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "beam{}-min{}-ngram{}-lp{}-max{}".format(*s))
 @pytest.mark.parametrize("name", NAMES)
 def test_fast_search_equals_readable_search(name, setting):
-    """The same hypotheses, order and scores as generate's search, on the readable cache and on the static step; the
-    setting has sources that end early (rows leave the readable search) and sources that reach max_len."""
+    """The same hypotheses, order and scores as generate's search, on the readable cache, on the static step and
+    without a cache; the setting has sources that end early (rows leave the readable search) and sources that reach
+    max_len."""
     K, min_len, ngram, alpha, max_len = setting
     model, obj, srcs = finishing(name)
     rules = G.decoding_rules(TOK, min_len, ngram, None, "cpu")
@@ -61,7 +63,7 @@ def test_fast_search_equals_readable_search(name, setting):
     want = search(G, dec, K, max_len, alpha, rules)
     assert len(rows) == max_len and rows[-1] < rows[0]         # some sources reach max_len, some end before
     assert all(len(h) >= 1 for h in want)
-    for decoder in (G.Decoder, StaticDecoder):
+    for decoder in (G.Decoder, StaticDecoder, functools.partial(G.Decoder, use_cache=False)):
         got = search(fast, decoder(model, obj, srcs, max_len), K, max_len, alpha, rules)
         assert_same_hypotheses(got, want)
         assert [len(h) for h in got] == [len(h) for h in want]
