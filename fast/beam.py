@@ -1,7 +1,8 @@
 """Beam and greedy search with no host synchronization inside the step loop: the fast layer's twins
 of generate.beam_search and generate.greedy (the readable functions). tests/test_fast_beam.py holds
 them equal on a CPU: the same hypotheses, scores and order (ties included), for all four objectives,
-on the readable cache and on fast.StaticStep, and counts the host reads inside the loop.
+on the readable cache, on fast.StaticStep and without a cache, and counts the host reads inside the
+loop; bench/check_cuda.py compares them on a GPU (generate's CUDA-graph path runs them).
 
 Why: generate.beam_search decides on the host. Every step it copies the top 2K candidates to the
 CPU (.tolist()) and drops the finished sources from the batch; on a GPU each copy waits for the
@@ -37,6 +38,7 @@ class DoneCheck:
 
     def __init__(self, device, every, lag):
         self.every, self.lag = every, lag
+        self.device = device
         self.cuda = device.type == "cuda"
         self.asked = None                        # (step, host flag, CUDA event) of the open ask
 
@@ -54,7 +56,7 @@ class DoneCheck:
             event = None
             if self.cuda:
                 event = torch.cuda.Event()
-                event.record()
+                event.record(torch.cuda.current_stream(self.device))
             self.asked = (t, flag, event)
         return False
 
