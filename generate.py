@@ -9,7 +9,9 @@ a KV cache (model.KVCache); step t runs only its new tokens (segment segments[1]
 Both are objectives/masks.py's rule: the source is CTX, target column i ORIG of step i + 1, the
 query PSEUDO of its step. `use_cache=False` (--no_cache) recomputes every column every step: the
 reference the tests hold the cache to. On CUDA the cached steps run in the GPU speed layer
-(fast.StaticStep, replayed as a CUDA graph; --no_cuda_graph keeps the readable decoder).
+(fast.StaticStep, replayed as a CUDA graph) and so does the search (fast.beam_search and
+fast.greedy: the same results as beam_search and greedy here, with no host sync a step);
+--no_cuda_graph keeps the readable decoder and search.
 Beam search: GNMT's length penalty (Wu et al. 2016, section 7), a source ends at K finished
 hypotheses (fairseq's rule); no-repeat n-grams as the official UniLM decoder, an n-gram holding an
 ignore word (default ".") may repeat.
@@ -301,12 +303,13 @@ def max_source_len(model, max_len):
 @torch.no_grad()
 def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, length_penalty=1.0,
              no_repeat_ngram=3, ignore_ids=None, n_best=1, use_cache=True, batch_size=32,
-             progress=False, cuda_graph=None):
+             progress=False, cuda_graph=None, fast_search=None):
     """Decode token-id sources -> for each, up to n_best (token_ids, score) pairs, best first.
 
     token_ids exclude the final [EOS]; score = sum of log-probs / ((5 + len) / 6)^length_penalty.
     beam_size 1 is greedy search. Sources too long for max_position are cut (with a warning).
-    cuda_graph: see graph_step.
+    cuda_graph: see graph_step. fast_search: None runs the fast layer's search where the CUDA graph
+    runs, True and False always and never (tests force it on a CPU).
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
@@ -323,7 +326,12 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
                       stacklevel=2)
     device = next(model.parameters()).device
     # a cuda_graph that cannot run fails here, before any work
-    graph_step(cuda_graph, use_cache, device)
+    graphed = graph_step(cuda_graph, use_cache, device)
+    # the switch into the fast layer's search: the same results, no host sync a step
+    # (tests/test_fast_beam.py); by default wherever the CUDA graph runs
+    on_device = graphed if fast_search is None else fast_search
+    search_greedy = fast.greedy if on_device else greedy
+    search_beam = fast.beam_search if on_device else beam_search
     rules = decoding_rules(objective.tok, min_len, no_repeat_ngram, ignore_ids, device)
     was_training = model.training
     model.eval()
@@ -336,9 +344,9 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
         dec = Decoder(model, objective, [list(sources[i])[:limit] for i in chunk], max_len,
                       use_cache, cuda_graph)
         if beam_size == 1:
-            out = greedy(dec, max_len, length_penalty, rules)
+            out = search_greedy(dec, max_len, length_penalty, rules)
         else:
-            out = beam_search(dec, beam_size, max_len, length_penalty, rules)
+            out = search_beam(dec, beam_size, max_len, length_penalty, rules)
         for i, hyps in zip(chunk, out):
             results[i] = hyps[:n_best]
         bar.update(len(chunk))

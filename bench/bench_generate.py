@@ -7,17 +7,19 @@ tokens (min_len = max_len = 64), beam 5, trigram blocking. Hugging Face `BartFor
 no_repeat_ngram_size 3, min_new_tokens = max_new_tokens = 64. On CUDA both run with bf16 weights. Each row: one
 warm-up call, then the median of --repeats timed calls (torch.cuda.synchronize around each). Random weights are
 fine: with [EOS] blocked until the last token, the work per call does not depend on what is generated.
-Our rows: "KV cache + CUDA graph" (generate(cuda_graph=True): the fast layer's fast.StaticStep, static shapes, each
-step replayed as a CUDA graph; every call captures its graph, so that cost is in the time), "KV cache"
-(cuda_graph=False: the readable model.KVCache, eager), "no cache" (recomputation). Without CUDA (--tiny on a CPU) the
-first row is left out (no graph runs there). The model gets fast.speed_up's pieces as generate.py's command line
-gives them (on CUDA: the compiled copy scores).
+Our rows: "KV cache + CUDA graph + device search" (what generate.py runs on CUDA: the fast layer's fast.StaticStep,
+static shapes, each step replayed as a CUDA graph, and fast.beam_search, the search with no host sync a step; every
+call captures its graph, so that cost is in the time), "KV cache + CUDA graph" (the same step with generate's
+readable beam_search: fast_search=False), "KV cache" (cuda_graph=False: the readable model.KVCache and search, eager),
+"no cache" (recomputation). Without CUDA (--tiny on a CPU) the graph rows are left out (no graph runs there) and
+"KV cache + device search" (fast_search=True on the readable cache) stands in. The model gets fast.speed_up's pieces
+as generate.py's command line gives them (on CUDA: the compiled copy scores).
 
 Run:  python bench/bench_generate.py                  # on a GPU; prints a markdown table, writes $OUT/*.json
       python bench/bench_generate.py --tiny           # a seconds-long CPU smoke run of the same code
       python bench/bench_generate.py --profile --no_nocache --no_bart   # where each decoding step's time goes
-Goals (the issue): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s; the CUDA graph removes the launch
-overhead that dominates the eager cached step.
+Goals (the issues): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s; the CUDA graph removes the launch
+overhead that dominates the eager cached step; beam 5 >= 3x BART-base (issue 21: the device search's row).
 Left out: quality (random weights), sampling, batch-size sweeps (pass --batch), torch.compile.
 """
 import argparse
@@ -63,14 +65,15 @@ def timed(fn, repeats, device):
     return statistics.median(times), times, out
 
 
-def label(use_cache, cuda_graph):
+def label(use_cache, cuda_graph, fast_search):
     """A row's name: what ran."""
     if not use_cache:
         return "no cache"
-    return {True: "KV cache + CUDA graph", False: "KV cache"}[cuda_graph]
+    name = {True: "KV cache + CUDA graph", False: "KV cache"}[cuda_graph]
+    return name + " + device search" if fast_search else name
 
 
-def bench_ours(args, device, dtype, name, use_cache, cuda_graph):
+def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search):
     tok = synthetic_tokenizer(args.vocab)
     obj = get_objective(name, tok, task="seq2seq")
     cfg = dict(M.PRESETS[args.preset], vocab_size=args.vocab, dropout=0.0)
@@ -85,13 +88,13 @@ def bench_ours(args, device, dtype, name, use_cache, cuda_graph):
                for _ in range(args.batch)]
     run = lambda: G.generate(model, obj, sources, beam_size=args.beam, max_len=args.new_tokens,
                              min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch,
-                             cuda_graph=cuda_graph)
+                             cuda_graph=cuda_graph, fast_search=fast_search)
     median, times, out = timed(run, args.repeats, device)
     if args.profile:
-        profile_call(run, device, f"{name} ({label(use_cache, cuda_graph)})", args.new_tokens)
+        profile_call(run, device, f"{name} ({label(use_cache, cuda_graph, fast_search)})", args.new_tokens)
     lengths = {len(h[0][0]) for h in out}
     assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"
-    return dict(system=f"unigen {name} ({label(use_cache, cuda_graph)})", seconds=median, times=times,
+    return dict(system=f"unigen {name} ({label(use_cache, cuda_graph, fast_search)})", seconds=median, times=times,
                 sentences_per_s=args.batch / median, params=sum(p.numel() for p in model.parameters()))
 
 
@@ -163,12 +166,14 @@ def main():
           f"preset {args.preset}, batch {args.batch}, source {args.src_len}, new tokens {args.new_tokens}, "
           f"beam {args.beam}, repeats {args.repeats}", flush=True)
     rows = []
-    # the graphed static step where CUDA is; the readable cache everywhere
-    runs = ([(True, True)] if device.type == "cuda" else []) + [(True, False)]
-    runs += [] if args.no_nocache else [(False, False)]
+    # (use_cache, cuda_graph, fast_search): the graphed static step with and without the device search where CUDA
+    # is (the device search on the readable cache stands in on a CPU); the readable cache and search everywhere
+    gpu = device.type == "cuda"
+    runs = [(True, True, True), (True, True, False)] if gpu else [(True, False, True)]
+    runs += [(True, False, False)] + ([] if args.no_nocache else [(False, False, False)])
     for name in args.objectives.split(","):
-        for use_cache, cuda_graph in runs:
-            rows.append(bench_ours(args, device, dtype, name, use_cache, cuda_graph))
+        for use_cache, cuda_graph, fast_search in runs:
+            rows.append(bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search))
             print(rows[-1]["system"], f"{rows[-1]['seconds']:.3f} s", flush=True)
     bart = None if args.no_bart else bench_bart(args, device, dtype)
     if bart is None:
@@ -179,15 +184,20 @@ def main():
     for name in args.objectives.split(","):
         mine = {r["system"]: r["sentences_per_s"] for r in rows if f" {name} (" in r["system"]}
         cache = mine[f"unigen {name} (KV cache)"]
-        graph = mine.get(f"unigen {name} ({label(True, True)})")         # CUDA only
+        graph = mine.get(f"unigen {name} ({label(True, True, False)})")         # CUDA only
+        # the device search: on the graphed step (CUDA), on the readable cache (CPU)
+        device_search = label(True, gpu, True)
+        searched = mine[f"unigen {name} ({device_search})"]
         if graph:
-            ratios[f"{name}: {label(True, True)} / KV cache"] = graph / cache
+            ratios[f"{name}: {label(True, True, False)} / KV cache"] = graph / cache
+        ratios[f"{name}: {device_search} / {label(True, gpu, False)}"] = searched / (graph or cache)
         if f"unigen {name} (no cache)" in mine:
             ratios[f"{name}: cache / no-cache"] = cache / mine[f"unigen {name} (no cache)"]
         if bart:
             ratios[f"{name}: cache / BART-base"] = cache / bart["sentences_per_s"]
             if graph:
-                ratios[f"{name}: {label(True, True)} / BART-base"] = graph / bart["sentences_per_s"]
+                ratios[f"{name}: {label(True, True, False)} / BART-base"] = graph / bart["sentences_per_s"]
+            ratios[f"{name}: {device_search} / BART-base"] = searched / bart["sentences_per_s"]
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "bench_generate.json"
         path.write_text(json.dumps(dict(settings=vars(args), device=str(device), rows=rows, ratios=ratios), indent=1))

@@ -117,7 +117,9 @@ def check_packing(model, obj, tok, dev, rows, name):
 def check_graph(name, model, obj, sources, rows):
     """Decoding with fast.StaticStep replayed as a CUDA graph (cuda_graph=True) against the readable KV cache
     (False): the same tokens and scores within 1e-4, greedy and beam 3; [EOS] bias 2 (the LM bias starts at 0) makes
-    sources finish at different steps, so rows leave the batch and the graph gives way to the eager static step."""
+    sources finish at different steps. With the readable search (fast_search=False) rows leave the batch and the
+    graph gives way to the eager static step; with the fast layer's search (fast.beam_search, generate's default on
+    the graph) rows stay and the graph serves to the end."""
     ok = True
     eos = obj.tok.eos_id
     for bias in (0.0, 2.0):
@@ -125,15 +127,17 @@ def check_graph(name, model, obj, sources, rows):
             model.lm_bias[eos] = bias
             for beam in (1, 3):
                 eager = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=False)
-                graphed = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=True)
-                same = [h[0][0] for h in eager] == [h[0][0] for h in graphed]
-                err = max(abs(e[0][1] - g[0][1]) for e, g in zip(eager, graphed))
-                lengths = [len(h[0][0]) for h in graphed]
-                good = same and err < 1e-4
-                ok &= good
-                rows.append((name, f"beam {beam}, [EOS] bias {bias:g}: CUDA graph vs readable cache (fp32)",
-                             f"tokens {'equal' if same else 'differ'}, score error {err:.1e}, lengths {lengths}",
-                             good))
+                for search, on_device in (("readable search", False), ("fast search", True)):
+                    graphed = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=True,
+                                       fast_search=on_device)
+                    same = [h[0][0] for h in eager] == [h[0][0] for h in graphed]
+                    err = max(abs(e[0][1] - g[0][1]) for e, g in zip(eager, graphed))
+                    lengths = [len(h[0][0]) for h in graphed]
+                    good = same and err < 1e-4
+                    ok &= good
+                    rows.append((name, f"beam {beam}, [EOS] bias {bias:g}: CUDA graph + {search} vs readable "
+                                 f"cache (fp32)", f"tokens {'equal' if same else 'differ'}, score error {err:.1e}, "
+                                 f"lengths {lengths}", good))
             model.lm_bias[eos] = 0.0
     return ok
 

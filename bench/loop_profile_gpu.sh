@@ -7,6 +7,10 @@
 #                                             # beam-5 decoding (graphed and eager cached steps) against HF BART-base
 #   bash bench/loop_profile_gpu.sh packed     # train.py's loop profiled (bench/profile_train.py), unilm one passage a
 #                                             # row and packed: why packing slowed unilm's loop (0.79x) down
+#   bash bench/loop_profile_gpu.sh decode     # beam 5 with fast.beam_search (no host sync a step) against the readable
+#                                             # search on the same CUDA graph and HF BART-base; then check_cuda.py
+#   bash bench/loop_profile_gpu.sh triton     # pmlm's step with the Triton attention: the dQ kernel's bias gradient
+#                                             # by prefix sums against the loop over buckets; then check_triton --base
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -27,4 +31,12 @@ case "${1:-loop}" in
         --log_interval 10 --eval_interval 100000 --ckpt_interval 100000 --progress false --pack $pack \
         --out_dir /tmp/profile-unilm-$pack --overwrite true 2>&1 | tee "$OUT/profile_train_unilm_pack_$pack.txt" | tail -45
     done ;;
+  decode)
+    python bench/bench_generate.py --objectives unilm,pmlm,ernie_gen,palm --no_nocache 2>&1 \
+      | tee "$OUT/bench_generate.txt" | grep -v USDT | tail -40
+    timeout 200 python bench/check_cuda.py 2>&1 | tee "$OUT/check_cuda.txt" | tail -40 ;;
+  triton)
+    python bench/profile_step.py --part steps --only "pmlm,pmlm triton,pmlm triton loop" 2>&1 \
+      | tee "$OUT/profile_triton.txt" | tail -80
+    timeout 200 python bench/check_triton.py --base 2>&1 | tee "$OUT/check_triton.txt" | tail -40 ;;
 esac

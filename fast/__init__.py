@@ -14,7 +14,9 @@ The switches that reach it (on a CPU the readable path is the default everywhere
     fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
     train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
                                         the Packed view in train.LossModule
-    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph
+    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph, and
+                                        the search on the device (fast/beam.py; generate's
+                                        fast_search)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
 Objectives, notebooks and exercises never import this file.
 
@@ -27,6 +29,8 @@ Pieces, their readable twins and the tests that hold them equal:
     StaticCache, StaticStep    model.KVCache, Decoder.logprobs      tests/test_fast.py
     plan_packing, Packed       the model on one passage a row       tests/test_packing.py
     GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
+    beam_search, greedy        generate.beam_search, generate.greedy  tests/test_fast_beam.py
+                               (fast/beam.py: no host sync a step)
     use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU:
                                (fast/triton_bias.py)                the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
@@ -40,6 +44,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from fast.beam import beam_search, greedy  # noqa: F401  (generate.py's switch reaches them here)
 from objectives.masks import CTX, ORIG, PAD, PSEUDO, MaskSpec, may_attend
 
 _COMPILED = {}
