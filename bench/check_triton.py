@@ -11,7 +11,10 @@ seeing themselves) and bias (RelativePositionBias, -inf where the mask says no):
     kernel on bf16 inputs against the naive path in fp32 on the same inputs, and the naive path in
     bf16 beside it for scale), on UniLMv2's real pre-training layouts (pmlm.make_batch), ERNIE-GEN's
     (every kind, span flow included), random kinds and steps with padding, and packed rows
-    (several passages a row, MaskSpec.passage where objectives/masks.py has it);
+    (several passages a row, MaskSpec.passage where objectives/masks.py has it); dQ and the table's
+    gradient with each way the dQ kernel sums it by bucket (FBA.TABLE_GRADIENT: prefix sums where
+    a key tile's positions are consecutive, the loop over buckets), and once with buckets that are
+    not runs of distances (the loop everywhere);
   - that fully masked tiles are skipped: NaN in the keys and values that only such tiles hold
     leaves the other rows' output and dQ finite;
   - packed rows through the model (fast.plan_packing, where fast/ has it): loss and gradients;
