@@ -36,7 +36,7 @@ def test_ci_runs_exactly_the_readmes_commands():
     # install, main job, tests: in that order
     assert commands[0].startswith("pip install torch") and "cpu" in commands[0]
     assert commands[1] == "pip install -r requirements.txt -r tests/requirements.txt"
-    assert commands[-2] == "python train.py --objective pmlm" and commands[-1] == "python -m pytest -q"
+    assert commands[-2] == "python train.py --objective pmlm" and commands[-1] == "python -m pytest -q -n 2"
 
 
 def test_ci_runs_the_readmes_notebook_commands():
