@@ -218,6 +218,34 @@ def greedy(dec, max_len, alpha, rules):
     return out
 
 
+def start_beams(dec, K):
+    """Each row of dec (a source) becomes K beams, rows b * K + k -> their scores (B, K): only
+    beam 0 may expand at t=0, the K copies being identical."""
+    B = len(dec.src_len)
+    dec.reorder(torch.arange(B, device=dec.src_ids.device).repeat_interleave(K))
+    scores = torch.full((B, K), NEG_INF, device=dec.src_ids.device)
+    scores[:, 0] = 0
+    return scores
+
+
+def best_extensions(scores, logp, eos):
+    """One step's choice: scores (A, K) of each source's beams, logp (A * K, V) of their next token
+    -> top (A, 2K) the best totals of one-token extensions per source, beam and tok (A, 2K) the beam
+    each extends and its token, is_eos (A, 2K), live (A, K) the K best not ending in [EOS]."""
+    A, K = scores.shape
+    V = logp.size(-1)
+    # total log-probability of every one-token extension of every beam, flattened per source
+    cand = (scores[:, :, None] + logp.view(A, K, V)).view(A, K * V)
+    # 2K: at most K end in [EOS], so K live ones remain
+    top, idx = cand.topk(2 * K, dim=1)
+    beam, tok = idx // V, idx % V
+    is_eos = tok == eos
+    # the live beams: the K best candidates that do not end in [EOS] (stable: keeps the order)
+    rank = torch.arange(2 * K, device=scores.device)
+    live = (rank + 2 * K * is_eos).argsort(dim=1)[:, :K]
+    return top, beam, tok, is_eos, live
+
+
 @torch.no_grad()
 def beam_search(dec, K, max_len, alpha, rules):
     """Beam search of width K -> for each row of dec (a source) its finished hypotheses, best
@@ -227,24 +255,14 @@ def beam_search(dec, K, max_len, alpha, rules):
     eos = rules["eos"]
     dev = dec.src_ids.device
     # rows: source b, beam k -> b * K + k
-    dec.reorder(torch.arange(B, device=dev).repeat_interleave(K))
-    scores = torch.full((B, K), NEG_INF, device=dev)
-    scores[:, 0] = 0                    # the K copies are identical: only beam 0 may expand at t=0
+    scores = start_beams(dec, K)
     finished = [[] for _ in range(B)]
     active = list(range(B))                                    # the source of each block of K rows
-    rank = torch.arange(2 * K, device=dev)
     for t in range(max_len):
         A = len(active)
         logp = ban_tokens(dec.logprobs(), dec.tgt, t, **rules)                      # (A * K, V)
-        V = logp.size(-1)
-        # total log-probability of every one-token extension of every beam, flattened per source
-        cand = (scores[:, :, None] + logp.view(A, K, V)).view(A, K * V)
-        # 2K: at most K end in [EOS], so K live ones remain
-        top, idx = cand.topk(2 * K, dim=1)
-        row = torch.arange(A, device=dev)[:, None] * K + idx // V    # (A, 2K) the beam extended
-        tok = idx % V
-        # the live beams: the K best candidates that do not end in [EOS] (stable: keeps the order)
-        live = (rank + 2 * K * (tok == eos)).argsort(dim=1)[:, :K]
+        top, beam, tok, is_eos, live = best_extensions(scores, logp, eos)
+        row = torch.arange(A, device=dev)[:, None] * K + beam        # (A, 2K) the row extended
         live_row = row.gather(1, live)
         live_tok = tok.gather(1, live)
         live_score = top.gather(1, live)
@@ -252,7 +270,7 @@ def beam_search(dec, K, max_len, alpha, rules):
         # finished: an [EOS] among the top K (one ranked lower is worse than every live beam)
         top_c = top.tolist()
         row_c = row.tolist()
-        eos_c = (tok == eos).tolist()
+        eos_c = is_eos.tolist()
         # a host copy of the histories only when a hypothesis finishes
         hist = dec.tgt.tolist() if last or any(any(e[:K]) for e in eos_c) else None
         keep = []

@@ -78,25 +78,15 @@ def beam_search(dec, K, max_len, alpha, rules):
     eos = rules["eos"]
     dev = dec.src_ids.device
     # rows: source b, beam k -> b * K + k
-    dec.reorder(torch.arange(B, device=dev).repeat_interleave(K))
-    scores = torch.full((B, K), NEG_INF, device=dev)
-    scores[:, 0] = 0                    # the K copies are identical: only beam 0 may expand at t=0
+    scores = G.start_beams(dec, K)
     first = torch.arange(B, device=dev)[:, None] * K                 # (B, 1) each source's beam 0
-    rank = torch.arange(2 * K, device=dev)
     n_finished = torch.zeros(B, dtype=torch.long, device=dev)
     steps = []                          # per step: what the host reads after the loop
     check = DoneCheck(dev, CHECK_EVERY, CHECK_LAG)
     for t in range(max_len):
         logp = G.ban_tokens(dec.logprobs(), dec.tgt, t, **rules)                    # (B * K, V)
-        V = logp.size(-1)
-        # total log-probability of every one-token extension of every beam, flattened per source
-        cand = (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V)
-        top, idx = cand.topk(2 * K, dim=1)
-        beam = idx // V                                       # (B, 2K) the beam extended (0..K-1)
-        tok = idx % V
-        is_eos = tok == eos
-        # the live beams: the K best candidates that do not end in [EOS] (their order kept)
-        live = (rank + 2 * K * is_eos).argsort(dim=1)[:, :K]
+        # the same choice as generate.beam_search's: top 2K extensions, the K best live ones
+        top, beam, tok, is_eos, live = G.best_extensions(scores, logp, eos)
         live_beam = beam.gather(1, live)
         live_tok = tok.gather(1, live)
         scores = top.gather(1, live)
