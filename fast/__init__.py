@@ -73,11 +73,11 @@ def compile_blocks(model, dynamic=False):
     """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
     compilation serves them all, in a fraction of the time of compiling the whole model; embeddings
     and heads stay eager. Twin: the eager blocks (bench/check_cuda.py compares them on a GPU)."""
-    # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
-    # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
-    # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
-    # (packed batches, SteadyPacking's, come in one width and several counts of rows: train.py
-    # compiles them with dynamic=None, which makes the rows dimension dynamic at its first change)
+    # dynamic=False compiles once per shape, and past the recompile limit runs new shapes
+    # uncompiled: PALM's 9 lengths went past dynamo's default limit of 8 (on an H200, train.py's
+    # loop at 0.79 of the bare step), the study's ERNIE-GEN pre-training, whose count of rows
+    # changes with the examples it skips, compiled 23 times in 200 steps (bench/RESULTS.md,
+    # seventh session). train.py compiles with dynamic=True: once, for any shape
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
     for block in model.blocks:
         block.compile(dynamic=dynamic)
@@ -301,9 +301,9 @@ class SteadyPacking:
     """plan_packing for compiled blocks (train.py --pack on CUDA): every batch in rows of ONE width,
     the widest passage seen yet rounded up to `multiple` (it settles within the first batches: most
     pre-training passages are full), so only the count of rows changes from batch to batch, and
-    the blocks compiled with dynamic=None compile twice: once for the first count, once for any
-    (plan_packing's own width, cheapest per batch, gave 14-38 (rows, width) shapes in 150 batches,
-    each a compilation). The price: a few slots more padding than the cheapest width.
+    the blocks compiled for any shape (train.py: dynamic=True) compile once (plan_packing's own
+    width, cheapest per batch, gave 14-38 (rows, width) shapes in 150 batches, each a compilation
+    where shapes were static). The price: a few slots more padding than the cheapest width.
     Twin: plan_packing (tests/test_packing.py: the same rows for the same width)."""
 
     def __init__(self, multiple=64):
