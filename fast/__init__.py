@@ -464,12 +464,16 @@ class StaticCache:
         self.n += n
         self.fill += n
 
-    def reorder(self, index, same_sources=False):
-        """Beam search: keep batch rows `index` (N',)."""
+    def reorder(self, index, same_sources=False, static=False):
+        """Beam search: keep batch rows `index` (N',). static (with same_sources): move every target
+        slot, written or not, so that the shapes never change (fast/beam.py's whole-step graph,
+        where the host's count n does not follow the steps); the slots past the fill index are
+        overwritten before any step reads them."""
         if same_sources:
             # only the target part differs between the beams of one source
+            end = self.capacity if static else self.n
             for buf in self.k + self.v:
-                buf[:, :, self.n_src:self.n] = buf[:, :, self.n_src:self.n].index_select(0, index)
+                buf[:, :, self.n_src:end] = buf[:, :, self.n_src:end].index_select(0, index)
             return
         self.k = [b.index_select(0, index) for b in self.k]
         self.v = [b.index_select(0, index) for b in self.v]
