@@ -31,6 +31,9 @@ Pieces, their readable twins and the tests that hold them equal:
     GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
     beam_search, greedy        generate.beam_search, generate.greedy  tests/test_fast_beam.py
                                (fast/beam.py: no host sync a step)
+    WholeStep, StepGraph,      generate.beam_search, greedy,      tests/test_fast_graph_search.py,
+    static_ban                 ban_tokens (fast/beam.py: the      check_cuda
+                               whole step in one CUDA graph)
     use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU:
                                (fast/triton_bias.py)                the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
@@ -531,7 +534,8 @@ class StaticStep:
     columns ([y_{t-1}, query] or [y_{t-1}]) are described by kind and step per cache slot, the same
     description generate.Decoder gives the readable path, and masks.may_attend makes their mask;
     nothing the step runs reads a Python number that changes from step to step. Embedding runs
-    outside the graph; beam reorders and the search stay outside too.
+    outside the graph; beam reorders and the search stay outside too, unless the search is
+    fast/beam.py's WholeStep, which calls step() inside its own graph of the whole search step.
     """
 
     def __init__(self, dec, max_len, graphed):

@@ -1,8 +1,10 @@
-"""Beam and greedy search with no host synchronization inside the step loop: the fast layer's twins
-of generate.beam_search and generate.greedy (the readable functions). tests/test_fast_beam.py holds
-them equal on a CPU: the same hypotheses, scores and order (ties included), for all four objectives,
-on the readable cache, on fast.StaticStep and without a cache, and counts the host reads inside the
-loop; bench/check_cuda.py compares them on a GPU (generate's CUDA-graph path runs them).
+"""Beam and greedy search with no host synchronization inside the step loop, and on fast.StaticStep
+the whole step in one CUDA graph: the fast layer's twins of generate.beam_search and generate.greedy
+(the readable functions). tests/test_fast_beam.py and tests/test_fast_graph_search.py hold them
+equal on a CPU: the same hypotheses, scores and order (ties included), for all four objectives, on
+the readable cache, on fast.StaticStep (the whole-step search run eagerly) and without a cache, and
+count the host reads inside the loop; bench/check_cuda.py compares them on a GPU (generate's
+CUDA-graph path runs them).
 
 Why: generate.beam_search decides on the host. Every step it copies the top 2K candidates to the
 CPU (.tolist()) and drops the finished sources from the batch; on a GPU each copy waits for the
@@ -20,8 +22,20 @@ step's kernels, so the GPU idles while the CPU decides and launches the next ste
   - "is every source done?" is asked every CHECK_EVERY steps and read CHECK_LAG steps later
     (DoneCheck), so the GPU never waits for the host; the loop may run up to
     CHECK_EVERY + CHECK_LAG - 1 steps past the last source's end, steps that change nothing.
-Left out: the bookkeeping (ban_tokens, topk, the reorders) is launched kernel by kernel, not
-captured in a CUDA graph.
+Removing the host's waits gained 2-4%: the ~130 small bookkeeping kernels a step launched one by
+one from Python (the bans, topk, the reorders) held the step. So on fast.StaticStep (generate's
+decoder on CUDA) the whole step is one function of buffers allocated once (WholeStep): the
+history is a fixed (N, max_len) buffer and the step index a device tensor, the n-gram ban reads
+the whole buffer (static_ban, generate.ban_tokens' twin), the records go into (max_len, B, K)
+buffers at the step index, the cache reorders in place over every target slot; step 0 runs
+eagerly (a query token's step 0 has one column fewer), every later step is one replay of one CUDA
+graph (StepGraph), and between replays the host only asks DoneCheck. WHOLE_STEP off keeps the
+kernel-by-kernel loop there too (bench/bench_generate.py's row); on the readable cache and without
+a cache that loop always runs.
+Left out: a graph for the readable cache or for no cache (their shapes grow every step); dropping
+the finished sources' rows (they run on, ignored, to keep the shapes); CUDA graphs for step 0 and
+for the source's pass (each runs once a batch); a graph kept across batches (every batch captures
+its own: the buffers' addresses are the batch's).
 """
 import torch
 
@@ -222,22 +236,24 @@ class StepGraph:
     nothing). Twin: fn called eagerly (tests/test_fast_graph_search.py stands an eager StepGraph in
     on a CPU; bench/check_cuda.py replays the real one)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, device):
         self.fn = fn
+        self.device = device
         self.graph = None
 
     def __call__(self):
         if self.graph is not None:
             self.graph.replay()
             return
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.fn()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, stream=side):
-            self.fn()
+        with torch.cuda.device(self.device):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.fn()
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=side):
+                self.fn()
 
 
 class WholeStep:
@@ -344,8 +360,9 @@ class WholeStep:
     def run(self, max_len, graphed):
         """Step 0 eagerly, then the same step replayed (graphed: a CUDA graph) until max_len or
         until DoneCheck sees every source done -> the number of steps run."""
-        check = DoneCheck(self.dec.src_ids.device, CHECK_EVERY, CHECK_LAG)
-        later = StepGraph(self.step) if graphed else self.step
+        device = self.dec.src_ids.device
+        check = DoneCheck(device, CHECK_EVERY, CHECK_LAG)
+        later = StepGraph(self.step, device) if graphed else self.step
         for t in range(max_len):
             if t == 0:
                 self.step(first=True)

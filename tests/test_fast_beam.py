@@ -134,8 +134,9 @@ class EagerStepGraph:
     every capture (one StepGraph made) and every call."""
     captures = []
 
-    def __init__(self, fn):
+    def __init__(self, fn, device):
         self.fn, self.calls = fn, 0
+        assert device.type == "cpu"
         EagerStepGraph.captures.append(self)
 
     def __call__(self):
