@@ -217,7 +217,7 @@ def static_ban(logp, hist, t, eos, min_len, banned, no_repeat_ngram, ignore):
     start = torch.arange(win.size(1), device=hist.device)
     # the last n - 1 tokens written (columns t - n + 1 .. t - 1; clamped before step n)
     back = (t - n + 1 + torch.arange(n - 1, device=hist.device)).clamp(min=0)
-    tail = hist[:, back]                                       # (N, n - 1)
+    tail = hist[:, back]                              # (N, n - 1)
     # n-grams written so far that start with the tail
     hit = (start + n <= t) & (win[..., :-1] == tail[:, None]).all(-1)           # (N, W)
     if ignore is not None:
@@ -268,22 +268,22 @@ class WholeStep:
         import generate as G
         self.dec, self.K, self.rules = dec, K, rules
         dev = dec.src_ids.device
+        B = len(dec.src_len)
         if K:
             # rows: source b, beam k -> b * K + k
             self.scores = G.start_beams(dec, K)                                   # (B, K)
-            B = len(self.scores)
             self.first = torch.arange(B, device=dev)[:, None] * K                 # (B, 1)
             self.n_finished = torch.zeros(B, dtype=torch.long, device=dev)
             # per step: finished scores, their beams, the live beams' backpointers and tokens
             self.records = [torch.full((max_len, B, K), NEG_INF, device=dev)] + [
                 torch.zeros(max_len, B, K, dtype=torch.long, device=dev) for _ in range(3)]
-        N = len(dec.src_len)
-        if not K:
-            self.total = torch.zeros(N, device=dev)
+        else:
+            self.total = torch.zeros(B, device=dev)
             # per step: the tokens and the running totals
-            self.records = [torch.zeros(max_len, N, dtype=torch.long, device=dev),
-                            torch.zeros(max_len, N, device=dev)]
-        self.done = torch.zeros(len(self.records[0][0]), dtype=torch.bool, device=dev)
+            self.records = [torch.zeros(max_len, B, dtype=torch.long, device=dev),
+                            torch.zeros(max_len, B, device=dev)]
+        N = len(dec.src_len)                                    # rows: B * K, or B for greedy
+        self.done = torch.zeros(B, dtype=torch.bool, device=dev)                # per source
         self.t = torch.zeros((), dtype=torch.long, device=dev)                   # the step index
         self.hist = torch.zeros(N, max_len, dtype=torch.long, device=dev)       # tokens so far
         # y_{t-1}: [SOS] at t = 0 without a query token
