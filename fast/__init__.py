@@ -14,9 +14,9 @@ The switches that reach it (on a CPU the readable path is the default everywhere
     fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
     train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
                                         the Packed view in train.LossModule
-    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph, and
-                                        the search on the device (fast/beam.py; generate's
-                                        fast_search)
+    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep and the search on the device,
+                                        the whole step replayed as one CUDA graph (fast/beam.py;
+                                        generate's fast_search)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
 Objectives, notebooks and exercises never import this file.
 
@@ -31,6 +31,9 @@ Pieces, their readable twins and the tests that hold them equal:
     GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
     beam_search, greedy        generate.beam_search, generate.greedy  tests/test_fast_beam.py
                                (fast/beam.py: no host sync a step)
+    WholeStep, StepGraph,      generate.beam_search, greedy,      tests/test_fast_graph_search.py,
+    static_ban                 ban_tokens (fast/beam.py: the      check_cuda
+                               whole step in one CUDA graph)
     use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU:
                                (fast/triton_bias.py)                the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
@@ -464,12 +467,16 @@ class StaticCache:
         self.n += n
         self.fill += n
 
-    def reorder(self, index, same_sources=False):
-        """Beam search: keep batch rows `index` (N',)."""
+    def reorder(self, index, same_sources=False, static=False):
+        """Beam search: keep batch rows `index` (N',). static (with same_sources): move every target
+        slot, written or not, so that the shapes never change (fast/beam.py's whole-step graph,
+        where the host's count n does not follow the steps); the slots past the fill index are
+        overwritten before any step reads them."""
         if same_sources:
             # only the target part differs between the beams of one source
+            end = self.capacity if static else self.n
             for buf in self.k + self.v:
-                buf[:, :, self.n_src:self.n] = buf[:, :, self.n_src:self.n].index_select(0, index)
+                buf[:, :, self.n_src:end] = buf[:, :, self.n_src:end].index_select(0, index)
             return
         self.k = [b.index_select(0, index) for b in self.k]
         self.v = [b.index_select(0, index) for b in self.v]
@@ -527,7 +534,8 @@ class StaticStep:
     columns ([y_{t-1}, query] or [y_{t-1}]) are described by kind and step per cache slot, the same
     description generate.Decoder gives the readable path, and masks.may_attend makes their mask;
     nothing the step runs reads a Python number that changes from step to step. Embedding runs
-    outside the graph; beam reorders and the search stay outside too.
+    outside the graph; beam reorders and the search stay outside too, unless the search is
+    fast/beam.py's WholeStep, which calls step() inside its own graph of the whole search step.
     """
 
     def __init__(self, dec, max_len, graphed):
