@@ -88,11 +88,12 @@ def label(use_cache, cuda_graph, fast_search, whole_step=False):
 
 def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):
     # fast.beam_search's switch: the whole step in one graph, or the model step's graph alone
+    default = FB.WHOLE_STEP
     FB.WHOLE_STEP = whole_step
     try:
         return bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step)
     finally:
-        FB.WHOLE_STEP = True
+        FB.WHOLE_STEP = default
 
 
 def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):

@@ -117,13 +117,25 @@ def check_packing(model, obj, tok, dev, rows, name):
     return ok
 
 
+def check_decoding(name, tok, dev, rows):
+    """check_objective's decoding part alone (`python bench/check_cuda.py decode`): the base model, random
+    weights, fp32, the CUDA-graph searches against the readable cache."""
+    cfg = M.ModelConfig(**{**M.PRESETS["base"], "vocab_size": len(tok), "dropout": 0.0,
+                           **get_objective(name, tok, max_len=512).model_defaults})
+    torch.manual_seed(0)
+    model = M.Transformer(cfg).to(dev).eval()
+    obj_s2s = get_objective(name, tok, task="seq2seq", max_len=512)
+    sources = [s[0] for s in passages(4, 100, len(tok), random.Random(1))]
+    return check_graph(name, model, obj_s2s, sources, rows)
+
+
 def check_graph(name, model, obj, sources, rows):
     """Decoding with fast.StaticStep replayed as a CUDA graph (cuda_graph=True) against the readable KV cache
     (False): the same tokens and scores within 1e-4, greedy, beam 3 and beam 5; [EOS] bias 2 (the LM bias starts at
     0) makes sources finish at different steps. With the readable search (fast_search=False) rows leave the batch and
     the graph gives way to the eager static step; with the fast layer's search (fast.beam_search, generate's default
     on the graph) rows stay and the graph serves to the end: the whole step in one graph (fast/beam.py's WholeStep
-    and StepGraph, fast.beam.WHOLE_STEP, the default), or the model step's graph with the bookkeeping launched
+    and StepGraph, fast.beam.WHOLE_STEP, off by default until this check passes), or the model step's graph with the bookkeeping launched
     kernel by kernel (WHOLE_STEP off)."""
     ok = True
     eos = obj.tok.eos_id
@@ -135,12 +147,13 @@ def check_graph(name, model, obj, sources, rows):
             for beam in (1, 3, 5):
                 eager = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=False)
                 for search, on_device, whole in searches:
+                    default = FB.WHOLE_STEP
                     FB.WHOLE_STEP = whole
                     try:
                         graphed = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=True,
                                            fast_search=on_device)
                     finally:
-                        FB.WHOLE_STEP = True
+                        FB.WHOLE_STEP = default
                     same = [h[0][0] for h in eager] == [h[0][0] for h in graphed]
                     err = max(abs(e[0][1] - g[0][1]) for e, g in zip(eager, graphed))
                     lengths = [len(h[0][0]) for h in graphed]
@@ -162,11 +175,12 @@ def check_whole_step_bf16(name, model, obj, sources, rows):
     out = {}
     with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
         for whole in (True, False):
+            default = FB.WHOLE_STEP
             FB.WHOLE_STEP = whole
             try:
                 out[whole] = generate(model, obj, sources, beam_size=5, n_best=5, max_len=32, cuda_graph=True)
             finally:
-                FB.WHOLE_STEP = True
+                FB.WHOLE_STEP = default
     same = [[ids for ids, _ in h] for h in out[True]] == [[ids for ids, _ in h] for h in out[False]]
     err = max(abs(a[1] - b[1]) for ha, hb in zip(out[True], out[False]) for a, b in zip(ha, hb))
     good = same and err < 1e-5
@@ -232,8 +246,9 @@ def check_triton_bias(dev, rows):
 
 
 def main():
-    # `python bench/check_cuda.py triton`: only the Triton attention's checks
+    # `python bench/check_cuda.py triton`: only the Triton attention's checks; `... decode`: only decoding's
     only_triton = sys.argv[1:] == ["triton"]
+    only_decode = sys.argv[1:] == ["decode"]
     if not torch.cuda.is_available():
         print("check_cuda.py: error: this check needs a CUDA GPU (none here); the CPU-runnable twins are "
               "tests/test_fast.py, tests/test_fast_beam.py, tests/test_fast_graph_search.py and "
@@ -244,11 +259,13 @@ def main():
     rows, ok = [], True
     for name in () if only_triton else ("unilm", "pmlm", "ernie_gen", "palm"):
         try:
-            ok &= check_objective(name, tok, dev, rows)
+            ok &= (check_decoding if only_decode else check_objective)(name, tok, dev, rows)
         except Exception as e:                       # report, and go on with the other checks
             ok = False
             rows.append((name, "check crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
         torch.cuda.empty_cache()
+    if only_decode:
+        return report(rows, ok)
     if not only_triton:
         ok &= check_copy_scores(dev, rows)
         ok &= check_bucket_bias(dev, rows)
@@ -257,6 +274,10 @@ def main():
     except Exception as e:                           # report, and print the table
         ok = False
         rows.append(("pmlm", "triton attention crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
+    report(rows, ok)
+
+
+def report(rows, ok):
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| objective | check | result | |\n|---|---|---|---|")
     for name, what, value, good in rows:

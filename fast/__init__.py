@@ -14,9 +14,10 @@ The switches that reach it (on a CPU the readable path is the default everywhere
     fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
     train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
                                         the Packed view in train.LossModule
-    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep and the search on the device,
-                                        the whole step replayed as one CUDA graph (fast/beam.py;
-                                        generate's fast_search)
+    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph, and
+                                        the search on the device (fast/beam.py; generate's
+                                        fast_search; fast.beam.WHOLE_STEP: the whole step in one
+                                        graph, off until bench/check_cuda.py decode passes)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
 Objectives, notebooks and exercises never import this file.
 

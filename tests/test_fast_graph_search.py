@@ -121,6 +121,7 @@ def test_every_step_runs_the_same_ops_on_the_same_tensors(name, K, monkeypatch):
             steps.append(log.ops)
             log.ops = None
     monkeypatch.setattr(FB, "StepGraph", LoggedGraph)
+    monkeypatch.setattr(FB, "WHOLE_STEP", True)
     dec = StaticDecoder(model, obj, srcs, 10)
     dec.fast.graphed = True                                    # what graph_step chooses on CUDA
     with log:
