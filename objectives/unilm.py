@@ -2,16 +2,10 @@
 the mask. docs/objectives.md ("UniLM") gives the rates, the cuts and where we differ from the
 official code.
 
-Pre-training (2.3, 2.4): each BATCH draws one LM, bidirectional 1/3, seq2seq 1/3, left-to-right 1/6,
-right-to-left 1/6 (options `weight_*`; `lm_type` forces one), on
-    bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1 | S2 cut at a random sentence boundary
-    left/right-to-left       [SOS] x [EOS]             the passage as ONE text segment (2.1)
-with segment ids as LM identifiers (2.1; official ids 0/1, 2, 3, 4/5). Cloze (2.4): 15% of the
-non-special tokens, in spans (80% one token, 20% a bigram or trigram), 80/10/10. NSP (2.3) for the
-bidirectional LM: S2 replaced, with probability 1/2, by a sentence suffix of another passage of the
-batch. Loss = masked-token cross-entropy + NSP.
-Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS], segments 4/5; round(0.7 x len(tgt)) positions among
-the target tokens and the final [EOS] are masked (80/10/10) and predicted; the source never.
+Pre-training (2.3, 2.4): each BATCH draws one LM (bidirectional 1/3, seq2seq 1/3, left-to-right
+1/6, right-to-left 1/6) on [SOS] S1 [EOS] S2 [EOS] (the one-way LMs: [SOS] x [EOS]), segment ids
+as LM identifiers (2.1); cloze (2.4) on 15% of the tokens, in spans, 80/10/10; NSP (2.3) for the
+bidirectional LM. Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS], 70% of the target masked.
 Left out: whole-word masking, the NLU fine-tuning heads, the official label smoothing's eps/(V-2).
 """
 import torch.nn.functional as F
@@ -30,12 +24,9 @@ SEGMENT_IDS = {
 
 
 def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
-    """Cloze positions (2.4): n_pred of the candidates, in spans -> (sorted positions, spans).
-
-    From each not yet chosen start, in random order, a span of 2..max_span tokens with probability
-    span_prob, else one token; a span stops at a non-candidate, a chosen position or the budget
-    (the official code overshoots, then drops at random).
-    """
+    """Cloze positions (2.4): n_pred of the candidates -> (sorted positions, spans). From each
+    start in random order, a span of 2..max_span tokens with probability span_prob, else one token;
+    a span stops at a non-candidate, a chosen position or the budget."""
     allowed = set(candidates)
     order = list(candidates)
     rng.shuffle(order)
