@@ -125,8 +125,7 @@ def default_documents(cache_dir=".cache") -> list[Document]:
 
 
 def _summary_pair(doc: str, max_src_words=256):
-    """'Summary line(s).\\n\\nBody...' -> (body, summary), or None if the docstring lacks that
-    shape."""
+    """'Summary line(s).\\n\\nBody...' -> (body, summary), or None for another shape."""
     parts = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)
     if len(parts) < 2:
         return None
@@ -588,8 +587,7 @@ def batch_loader(dataset, workers=0, pin_memory=False):
 
 # ------------------------------------------------------------------------------------- command line
 def export_seq2seq(out_dir, cache_dir=".cache"):
-    """Write the embedded seq2seq task: {split}.jsonl for train.py, test.src / test.tgt for
-    generate.py and evaluate.py."""
+    """The embedded task as files: {split}.jsonl (train.py), test.src / test.tgt (generate.py)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = default_seq2seq(cache_dir)

@@ -269,8 +269,7 @@ def _tidy(text):
 
 # --- 3. Training: the WordPiece likelihood criterion, naive first, fast beside it -----------------
 def _alphabet(counts, min_frequency):
-    """Initial pieces: every character seen >= min_frequency times, plain, and "##c" if it was
-    seen inside a word."""
+    """Initial pieces: every character seen >= min_frequency times, and "##c" if seen in a word."""
     chars = collections.Counter()
     inner = set()
     for word, n in counts.items():

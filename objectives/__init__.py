@@ -113,16 +113,14 @@ def leading_context(example):
 
 
 # --- Options: declared on the objective's class; train.py makes each a --flag ---------------------
+@dataclass
 class Option:
     """An objective's setting: a default and a one-line description (train.py --help prints it)."""
-
-    def __init__(self, default, help):
-        self.default = default
-        self.help = help
+    default: object
+    help: str
 
 
-def option(default, help):
-    return Option(default, help)
+option = Option
 
 
 # --- The interface train.py, generate.py and evaluate.py call -------------------------------------
@@ -327,8 +325,7 @@ def fills_example(examples, tok):
 
 # --- Helpers shared by the objectives -------------------------------------------------------------
 def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
-    """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] with p_mask, a random token with p_random, else
-    unchanged."""
+    """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] p_mask, a random token p_random, else kept."""
     r = rng.random()
     if r < p_mask:
         return tokenizer.mask_id if mask_id is None else mask_id

@@ -18,6 +18,7 @@ import json
 import math
 import os
 from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -64,8 +65,7 @@ class SpanVocab:
         return len(self.ngrams)
 
     def segment(self, words):
-        """Greedy from the current word: trigram, bigram, else unigram (3.3) -> the word count of
-        each span."""
+        """Greedy from the current word: trigram, bigram, else unigram (3.3) -> words per span."""
         sizes = []
         i = 0
         while i < len(words):
@@ -235,11 +235,9 @@ class ErnieGenObjective(Objective):
         # the noising rate rho (3.2) and Eq. 7's lambda of this task
         self.rho = float(self.rho_p if pretrain else self.rho_f)
         self.lam = float(self.lam_pretrain if pretrain else self.lam_finetune)
-        vocab = self.span_vocab
-        if isinstance(vocab, (str, os.PathLike)):
-            self.spans_table = load_span_vocab(vocab, self.tok)
-        else:
-            self.spans_table = vocab
+        self.spans_table = self.span_vocab
+        if isinstance(self.span_vocab, (str, os.PathLike)):
+            self.spans_table = load_span_vocab(self.span_vocab, self.tok)
         self.continuation = continuation_ids(self.tok)
         if self.lam < 1 and self.spans_table is None:
             warn_once("ernie_gen: no span vocabulary given (option span_vocab); "
@@ -259,8 +257,7 @@ class ErnieGenObjective(Objective):
     def sample_fragments(self, words, rng):
         """Fragments as word ranges [(w0, w1)] in the order drawn, and the (lo, hi) of D drawn. A
         length is kept while its start is redrawn (up to 20 misses): crowding does not bias it."""
-        bounds = [b for _, b in LENGTH_DISTRIBUTIONS]
-        probs = [p for p, _ in LENGTH_DISTRIBUTIONS]
+        probs, bounds = zip(*LENGTH_DISTRIBUTIONS)
         lo_hi = rng.choices(bounds, probs)[0]               # D_i
         budget = max(1, round(self.gamma * words[-1][1]))   # gamma of the passage's tokens
         taken = [False] * len(words)
@@ -292,19 +289,14 @@ class ErnieGenObjective(Objective):
         return fragments, lo_hi
 
     def spans(self, ids):
-        """Span ranges [(b, e)] covering ids (one fragment of T'): greedy V_span lookup of whole
-        words (3.3)."""
+        """Span ranges [(b, e)] covering ids (a fragment of T'): V_span lookup of words (3.3)."""
         words = word_ranges(ids, self.continuation)
         if self.spans_table is not None:
             sizes = self.spans_table.segment([tuple(ids[a:b]) for a, b in words])
         else:
             sizes = [1] * len(words)                        # fallback: every word is a span
-        out = []
-        w = 0
-        for n in sizes:
-            out.append((words[w][0], words[w + n - 1][1]))
-            w += n
-        return out
+        # a span of n words ending at word e (exclusive): tokens from words[e - n] to words[e - 1]
+        return [(words[e - n][0], words[e - 1][1]) for n, e in zip(sizes, accumulate(sizes))]
 
     # -- building examples -------------------------------------------------------------------------
     def noise(self, tgt_ids, rng):
@@ -355,7 +347,7 @@ class ErnieGenObjective(Objective):
             in_target[a:b] = [True] * (b - a)
             ranges.append((len(tgt_ids), len(tgt_ids) + b - a))  # the fragment's range in T
             tgt_ids += ids[a:b]
-            # original positions: [SOS] is 0 (see the docstring)
+            # each T token keeps its position in [SOS] passage [EOS]
             tgt_pos += range(a + 1, b + 1)
         keep = [k for k in range(len(ids)) if not in_target[k]]
         src_ids = [self.tok.sos_id] + [ids[k] for k in keep] + [self.tok.eos_id]
@@ -399,6 +391,3 @@ class ErnieGenObjective(Objective):
             metrics.update(loss_span=loss_s.detach(), acc_span=acc_s)
         metrics["loss"] = loss.detach()
         return loss, metrics
-
-
-OBJECTIVE = ErnieGenObjective

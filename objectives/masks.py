@@ -106,15 +106,7 @@ def right_to_left(lengths, L):
 
 def seq2seq(src_lengths, lengths, L):
     """Source bidirectional; a target token sees the source, the target to its left and itself.
-    src_lengths counts the source part (with its [SOS] ... [EOS]); lengths the whole sequence.
-
-        src_lengths=[2], lengths=[5], L=5:    s s t t t
-                                         s    1 1 0 0 0
-                                         s    1 1 0 0 0
-                                         t    1 1 1 0 0
-                                         t    1 1 1 1 0
-                                         t    1 1 1 1 1
-    """
+    src_lengths counts the source part (with its [SOS] ... [EOS]); lengths the whole sequence."""
     i, j, valid = _grid(lengths, L)
     n_src = torch.as_tensor(src_lengths).view(-1, 1, 1)
     return ((j < n_src) | (j <= i)) & valid
@@ -156,17 +148,7 @@ def multi_flow(kind, step):
       word flow M_W:        [ATTN]_i sees S' + T'_<i + itself
       span flow M_S:        [ATTN]_j (j in [b, e)) sees S' + T'_<b + itself
 
-    Example: S' = s1 s2, T' = t1 t2 t3, spans {t1} (step 1) and {t2, t3} (both step 2):
-                  s1 s2 t1 t2 t3 | W1 W2 W3 | S1 S2 S3
-        s1, s2     1  1  0  0  0 |  0  0  0 |  0  0  0
-        t1         1  1  1  0  0 |  0  0  0 |  0  0  0
-        t2         1  1  1  1  0 |  0  0  0 |  0  0  0
-        t3         1  1  1  1  1 |  0  0  0 |  0  0  0
-        W1 (i=1)   1  1  0  0  0 |  1  0  0 |  0  0  0
-        W2 (i=2)   1  1  1  0  0 |  0  1  0 |  0  0  0
-        W3 (i=3)   1  1  1  1  0 |  0  0  1 |  0  0  0
-        S1 (b=1)   1  1  0  0  0 |  0  0  0 |  1  0  0
-        S2 (b=2)   1  1  1  0  0 |  0  0  0 |  0  1  0
-        S3 (b=2)   1  1  1  0  0 |  0  0  0 |  0  0  1
+    Example (drawn in docs/objectives.md and notebooks/02_masks.ipynb): S' = s1 s2, T' = t1 t2 t3,
+    spans {t1} (step 1) and {t2, t3} (both step 2).
     """
     return attention_mask(kind, step)

@@ -246,8 +246,7 @@ class PalmObjective(Objective):
         return model.copy_head
 
     def pointer_outputs(self, model, batch):
-        """For notebooks: log P (B, T, V), lambda (B, T), alpha (B, T, S) at the continuation
-        rows."""
+        """For notebooks: log P (B, T, V), lambda (B, T), alpha (B, T, S) of the continuation."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         S = batch.extras["source_width"]
         s = h[:, S:]

@@ -147,8 +147,7 @@ class PMLMObjective(Objective):
         return kept
 
     def _fit_seq2seq(self, src, tgt):
-        """Source [SOS] src [EOS] + target tgt [EOS]: S + T <= max_len (positions),
-        S + 2T <= max_seq_len."""
+        """[SOS] src [EOS] + tgt [EOS]: S + T <= max_len (positions), S + 2T <= max_seq_len."""
         total = self.max_seq_len or float("inf")
         # target tokens without [EOS]
         t_max = int(min(self.max_len - 2, (total - 2) // 2)) - 1
@@ -194,8 +193,7 @@ class PMLMObjective(Objective):
         return self.mask_blocks(tokens, segments, blocks, rng)
 
     def mask_blocks(self, tokens, segments, blocks, rng):
-        """Corrupt the masked slots (4.1) and append the blocks (Figure 4): blocks in factorization
-        order."""
+        """Corrupt the masked slots (4.1), append the blocks in factorization order (Figure 4)."""
         context, kept = self._corrupt(tokens, blocks, rng)
         # a kept slot shows its own token to every [P]: it becomes PAR context (docs/objectives.md)
         par_blocks = [b for b in ([p for p in blk if p not in kept] for blk in blocks) if b]
@@ -227,8 +225,7 @@ class PMLMObjective(Objective):
 
     # --- Eq. 7 ------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):
-        """L = L_AE (at the masked context slots) + L_PAR (at the [P]s), from ONE forward pass
-        (Eq. 7)."""
+        """L = L_AE (masked context slots) + L_PAR (the [P]s), from ONE forward pass (Eq. 7)."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
         if self.task == "pretrain" and not self.par:
             loss_ae, acc_ae = lm_loss(model, h, batch.labels, self.label_smoothing,

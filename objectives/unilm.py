@@ -116,8 +116,7 @@ class UniLMObjective(Objective):
 
     # --- pre-training: one passage -> one LM's example --------------------------------------------
     def _pair(self, s1, s2):
-        """Fit [SOS] S1 [EOS] S2 [EOS] into max_len: the longer segment gives way (BERT's
-        truncate_seq_pair)."""
+        """Fit [SOS] S1 [EOS] S2 [EOS] in max_len: the longer segment gives way (as BERT's)."""
         budget = self.max_len - 3
         if len(s1) + len(s2) > budget:
             warn_once(f"unilm: a segment pair is longer than max_len={self.max_len}; truncated")
