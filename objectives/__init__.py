@@ -334,6 +334,17 @@ def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
     return token
 
 
+def cloze(tokens, positions, tokenizer, rng):
+    """BERT's masked LM at the given positions (in this order) -> (inputs, labels): each label its
+    token, each input drawn by `corrupt`."""
+    inputs = list(tokens)
+    labels = [-100] * len(tokens)
+    for p in positions:
+        labels[p] = tokens[p]
+        inputs[p] = corrupt(tokens[p], tokenizer, rng)
+    return inputs, labels
+
+
 def random_token(tokenizer, rng):
     """A uniformly random ordinary id: between the special tokens at the head of the vocabulary
     (a BERT vocab.txt's up to [MASK]) and any appended at its end."""

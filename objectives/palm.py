@@ -15,7 +15,7 @@ import itertools
 
 import torch
 
-from objectives import Example, Objective, corrupt, lm_loss, option, warn_once
+from objectives import Example, Objective, cloze, lm_loss, option, warn_once
 from objectives.masks import CTX, ORIG
 
 
@@ -100,16 +100,6 @@ class PalmObjective(Objective):
         self.stage = 1 if self.task == "pretrain" and step < self.stage1_frac * total_steps else 2
 
     # --- examples ---------------------------------------------------------------------------------
-    def _mask_context(self, ctx, rng):
-        """BERT masking of mask_prob of the context tokens (80/10/10) -> (input ids, labels)."""
-        n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
-        inputs = list(ctx)
-        labels = [-100] * len(ctx)
-        for i in rng.sample(range(len(ctx)), n_mask):
-            labels[i] = ctx[i]
-            inputs[i] = corrupt(ctx[i], self.tok, rng)
-        return inputs, labels
-
     def pretrain_example(self, passage, rng):
         """A passage -> Example of one window (the continuation in stage 2 only), or None."""
         budget = self.max_len - 3                  # [SOS] ctx [EOS] [SOS] y: positions 0 .. n + 2
@@ -124,7 +114,9 @@ class PalmObjective(Objective):
         window = windows[rng.randrange(len(windows))]
         # 80% context, 20% continuation (2.2)
         ctx, cont = split_passage(window, self.context_frac, self.boundary_slack)
-        inputs, labels = self._mask_context(ctx, rng)
+        # BERT's MLM on mask_prob of the context tokens (2.1)
+        n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
+        inputs, labels = cloze(ctx, rng.sample(range(len(ctx)), n_mask), self.tok, rng)
         # stage 1 trains the encoder alone: the continuation would be compute for nothing
         return self._example(inputs, labels, cont if self.stage == 2 else None)
 

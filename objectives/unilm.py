@@ -10,7 +10,7 @@ Left out: whole-word masking, the NLU fine-tuning heads, the official label smoo
 """
 import torch.nn.functional as F
 
-from objectives import Example, Objective, corrupt, cut_segments, lm_loss, option, warn_once
+from objectives import Example, Objective, cloze, cut_segments, lm_loss, option, warn_once
 from objectives.masks import unilm_kinds
 
 LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")
@@ -94,22 +94,14 @@ class UniLMObjective(Objective):
         n_pred = max(1, round(n * p))
         return min(n_pred, self.max_pred) if self.max_pred > 0 else n_pred
 
-    def _cloze(self, tokens, candidates, n_pred, rng, span_prob):
-        """Mask n_pred of the candidate positions (80/10/10, 2.4) -> (corrupted tokens, labels)."""
-        positions, _ = choose_positions(candidates, n_pred, rng, span_prob, self.max_span)
-        inputs = list(tokens)
-        labels = [-100] * len(tokens)
-        for p in positions:
-            labels[p] = tokens[p]
-            inputs[p] = corrupt(tokens[p], self.tok, rng)
-        return inputs, labels
-
     def _example(self, tokens, n_src, lm, labels_from, rng, span_prob, nsp_label=None):
         """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and steps, the cloze."""
         first, second = SEGMENT_IDS[lm]
         segments = [first] * n_src + [second] * (len(tokens) - n_src)
         candidates, n_pred = labels_from
-        inputs, labels = self._cloze(tokens, candidates, n_pred, rng, span_prob)
+        # the cloze (2.4): n_pred of the candidates, 80/10/10
+        positions, _ = choose_positions(candidates, n_pred, rng, span_prob, self.max_span)
+        inputs, labels = cloze(tokens, positions, self.tok, rng)
         kind, step = unilm_kinds(lm, len(tokens), n_src)
         extras = {} if nsp_label is None else {"nsp_labels": nsp_label}
         return Example(inputs, list(range(len(tokens))), segments, labels, kind, step, extras)
