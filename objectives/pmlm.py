@@ -6,9 +6,13 @@ prediction sees its answer.
     position   1  2   3  4   5   6 |  4  5  4   5  |  2  2   appended tokens REUSE the positions
     predicts      x2     x4  x5    |        x4  x5 |     x2  [M]: L_AE (Eq. 3)   [P]: L_PAR (Eq. 6)
 
-Input [SOS] S1 [EOS] S2 [EOS] (2.2, no NSP); blockwise masking (Algorithm 1); 80/10/10 (4.1);
-each block's originals and [P]s appended (3.2, Figure 4); L = L_AE + L_PAR (Eq. 7). A slot that
-keeps its token (the 10%) leaves the PAR factorization: it would show the [P]s their answer.
+1. Input (2.2): [SOS] S1 [EOS] S2 [EOS], S1 | S2 cut at a random sentence boundary (no NSP).
+2. Blockwise masking (Algorithm 1): blocks of 1 token (60%) or 2..6 tokens (40%) at uniform starts,
+   kept if none of their tokens is masked yet, until >= 15% of the text is masked; a block lies
+   inside S1 or S2. The blocks in sampled order are the factorization order M_1..M_|M|.
+3. Corruption (4.1): 80/10/10. 4. Each block's originals and [P]s appended (3.2, Figure 4).
+5. Mask: masks.pseudo_masked (3.2, Figure 5). 6. Loss: L = L_AE + L_PAR (Eq. 7).
+A slot that keeps its token (the 10%) leaves the PAR factorization: it would show its answer.
 Fine-tuning (3.4): [SOS] src [EOS] | y_1 .. y_T [EOS] | one [P] per target token.
 Left out: whole-word masking, the NLU heads. The pre-training code was never released: the S1/S2
 cut, the length budgets and the kept-slot rule are ours.
