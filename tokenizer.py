@@ -134,10 +134,7 @@ class WordPiece:
 
     def encode(self, text):
         """Text -> list of piece ids. No special tokens are added, and none are parsed from text."""
-        ids = []
-        for word in basic_tokenize(text, self.lowercase):
-            ids.extend(self._encode_word(word))
-        return ids
+        return [i for word in basic_tokenize(text, self.lowercase) for i in self._encode_word(word)]
 
     def tokenize(self, text):
         """Text -> list of piece strings, e.g. "Unaffable" -> ["un", "##aff", "##able"]."""
@@ -160,7 +157,10 @@ class WordPiece:
                 words[-1] += tok[len(PREFIX):]
             else:
                 words.append(tok)
-        return _tidy(" ".join(words))
+        text = " ".join(words)
+        for pattern, repl in _TIDY:
+            text = pattern.sub(repl, text)
+        return text
 
     # -- files ------------------------------------------------------------------------------------
     def save(self, vocab_txt):
@@ -259,12 +259,6 @@ _TIDY = [(regex.compile(r"(?<=\d) ([.,:]) (?=\d)"), r"\1"),
          (regex.compile(r"(?<=[\p{L}\p{N}]) ([-']) (?=[\p{L}\p{N}])"), r"\1"),
          # a whole contraction piece joins its word ("do n't" -> "don't"; "the 'some" stays)
          (regex.compile(r"(?<=[\p{L}\p{N}]) (?=(?:'(?:s|m|d|ll|re|ve)|n't)(?![\p{L}\p{N}]))"), "")]
-
-
-def _tidy(text):
-    for pattern, repl in _TIDY:
-        text = pattern.sub(repl, text)
-    return text
 
 
 # --- 3. Training: the WordPiece likelihood criterion, naive first, fast beside it -----------------

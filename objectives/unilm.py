@@ -129,8 +129,8 @@ class UniLMObjective(Objective):
         return passage
 
     def pretrain_example(self, passage, rng, lm="bidirectional", other=None):
-        """One usable passage -> Example for the LM drawn for the batch; other: a passage for NSP
-        negatives."""
+        """One usable passage -> Example of the batch's LM; other: a passage for NSP negatives."""
+        nsp_label = None
         if lm in ("left_to_right", "right_to_left"):
             text = [t for s in passage for t in s]
             if len(text) > self.max_len - 2:
@@ -138,10 +138,8 @@ class UniLMObjective(Objective):
                 text = text[:self.max_len - 2]
             tokens = [self.tok.sos_id] + text + [self.tok.eos_id]
             n_src = len(tokens)
-            nsp_label = None
         else:
             s1, s2 = cut_segments(passage, rng)
-            nsp_label = None
             if lm == "bidirectional" and self.nsp:
                 # NSP (2.3, after BERT): 0 = S2 follows S1, 1 = a suffix of another passage
                 nsp_label = 0
