@@ -1,19 +1,16 @@
 """Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs
 (seq2seq). docs/data.md describes the embedded corpus, the caches and the sharding.
 
-A pre-training example is one passage of a document, a list of sentences of token ids (the
-objective cuts it); a seq2seq example is (src_ids, tgt_ids). No special tokens are added here.
-The embedded default corpus is the English prose CPython ships (the pydoc topics and the stdlib's
-docstrings, parsed with `ast`), real and offline everywhere; its seq2seq task pairs a docstring's
-body with its summary line.
+A pre-training example is one passage of a document, a list of sentences of token ids; a seq2seq
+example is (src_ids, tgt_ids); no special tokens are added here. The embedded default corpus is
+the English prose CPython ships (pydoc topics, stdlib docstrings), its seq2seq task a docstring's
+body -> its summary line.
 
     tok, splits, info = prepare_pretrain()                 # embedded corpus, cached in .cache/
     tok, splits, info = prepare_pretrain("my_texts/")      # *.txt files, blank line = new document
     pairs = prepare_seq2seq("data/train.article.txt", tok) # + valid/test siblings if present
     loader = batch_loader(StepBatches(objective, splits["train"], 32, 1, 0, 1000), workers=2)
 
-Everything slow is cached under cache_dir and rebuilt when its inputs change. StepBatches (the end
-of this file) builds every training step's Batches, the same whichever process builds them.
 Left out: corpora larger than memory, a trained sentence splitter, any download.
 """
 import ast
@@ -103,8 +100,8 @@ def _parse_stdlib(root: Path) -> dict:
 
 
 def stdlib_docstrings(cache_dir=".cache") -> dict:
-    """{"files", "failed", "modules": [{"module", "docstrings": [[qualname, doc], ...]}]}, cached as
-    JSON keyed by the Python version and stdlib path (cache_dir None: no cache)."""
+    """{"files", "failed", "modules": [{"module", "docstrings": [[qualname, doc], ...]}]}, cached by
+    Python version and stdlib path (cache_dir None: no cache)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     key = _sha1(sys.version, root, _VERSION)[:12]
     path = Path(cache_dir) / f"stdlib-docstrings-{key}.json" if cache_dir else None
@@ -128,8 +125,7 @@ def default_documents(cache_dir=".cache") -> list[Document]:
 
 
 def _summary_pair(doc: str, max_src_words=256):
-    """'Summary line(s).\\n\\nBody...' -> (body, summary), or None if the docstring lacks that
-    shape."""
+    """'Summary line(s).\\n\\nBody...' -> (body, summary), or None for another shape."""
     parts = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)
     if len(parts) < 2:
         return None
@@ -169,11 +165,9 @@ _INITIALS = re.compile(r"(?:[a-z]\.)+[a-z]")  # "u.s", "a.b.c"
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split text into sentences (whitespace collapsed): at blank lines, and after . ! ? (and
-    closing quotes/brackets) followed by whitespace and a capital, digit, quote or bracket, except
-    after an abbreviation ("e.g."), a single letter ("J. Smith") or initials ("U.S."). Its limits
-    are listed in docs/data.md.
-    """
+    """Split text into sentences (whitespace collapsed): at blank lines, and after . ! ? before
+    a capital, digit, quote or bracket, but not after an abbreviation, a single letter or initials
+    (docs/data.md, "Sentences", lists the rules and their limits)."""
     sentences = []
     for para in _PARAGRAPH.split(text):
         para = " ".join(para.split())
@@ -192,9 +186,7 @@ def split_sentences(text: str) -> list[str]:
 
 def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list[int]]]:
     """Pack one document's tokenized sentences, in order, into passages of whole consecutive
-    sentences, at most max_tokens tokens (specials excluded) each; a longer sentence is first cut
-    into budget-sized pieces. No passage or sentence is empty; together they give back the text.
-    """
+    sentences of at most max_tokens tokens each (a longer sentence is cut into pieces first)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     passages = []
@@ -287,8 +279,7 @@ def _read_jsonl(path: Path):
 
 def read_seq2seq(path) -> list[tuple[str, str]]:
     """(src, tgt) pairs from jsonl ({"src": ..., "tgt": ...} a line) or from parallel line files
-    (_PARALLEL; either file or the common part X). Empty targets are skipped with a warning; every
-    other problem is a DataError naming the file and line."""
+    (_PARALLEL); empty targets are skipped with a warning, any other problem is a DataError."""
     src_path, tgt_path = _resolve_seq2seq(path)
     if tgt_path is None:
         rows = list(_read_jsonl(src_path))
@@ -376,14 +367,9 @@ def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
 
 def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=253,
                      valid_frac=0.02, tokenizer=None, progress=True, one_per_line=False):
-    """-> (tokenizer, {"train": passages, "valid": passages}, info).
-
-    data: None (the embedded corpus), a path for read_documents, or a list of Documents, split by
-    a stable hash of their names. Without a tokenizer a WordPiece is trained on the train split.
-    Sentences are tokenized once and cached; passages of max_tokens (253 suits max_len 256 with
-    [SOS] A [EOS] B [EOS]) are packed at load time. info: cache, vocab, cache_path, and per split
-    the counts of documents, sentences, tokens and passages.
-    """
+    """-> (tokenizer, {"train": passages, "valid": passages}, info). data: None (the embedded
+    corpus), a path for read_documents, or a list of Documents. Without a tokenizer a WordPiece is
+    trained on the train split (docs/data.md, "Passages and pre-training data")."""
     if data is None:
         docs = default_documents(cache_dir)
         label = "the embedded corpus"
@@ -448,10 +434,8 @@ def seq2seq_sources(path) -> dict[str, Path]:
 
 
 def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True):
-    """-> {"train" | "valid" | "test": [(src_ids, tgt_ids), ...]} (maybe empty), tokenized once and
-    cached. data=None: the embedded docstring-summary task; a path: read_seq2seq(path) is "train",
-    its siblings named with "valid" (or "dev") and "test" for "train" the other splits.
-    """
+    """-> {"train" | "valid" | "test": [(src_ids, tgt_ids), ...]}, tokenized once and cached;
+    data=None: the embedded task, a path: read_seq2seq(path) and its siblings (_sibling_splits)."""
     if tokenizer is None:
         raise TypeError("prepare_seq2seq needs the tokenizer the model was pre-trained with")
     if data is None:
@@ -490,12 +474,9 @@ def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True
 
 # -------------------------------------------------------------------- batches for one or many ranks
 def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=True, start=0):
-    """Yield lists of examples for one epoch, as this rank's share, from batch `start` on.
-
-    A shuffle fixed by (seed, epoch); rank r takes every world_size-th example from position r, so
-    ranks are disjoint, and every rank yields the SAME number of batches (DDP would hang
-    otherwise): drop_last drops the tail, else the order wraps around to fill it.
-    """
+    """Yield lists of examples for one epoch, as this rank's share, from batch `start` on: every
+    world_size-th of a shuffle fixed by (seed, epoch), the SAME number of batches on every rank
+    (DDP would hang otherwise; docs/data.md, "Batches for one or many ranks")."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
     mine = _rank_order(len(examples), seed, epoch, rank, world_size, drop_last)
@@ -538,12 +519,8 @@ def num_batches(n_examples, batch_size, world_size=1, drop_last=True) -> int:
 # ---------------------------------------------------------------- train.py's stream of step batches
 class StepBatches(torch.utils.data.IterableDataset):
     """Every training step's micro-batches (grad_accum objectives.Batch), built on the CPU by the
-    objective, as (step, batches, the objective's count of skipped examples).
-
-    Step s of rank r always gets the same examples (batch_at) and randomness (seeded by seed, rank,
-    step, micro), whichever process builds it: a resumed run replays exactly. In a DataLoader with
-    W workers, worker w builds the steps s = w (mod W); without workers the trainer builds them.
-    """
+    objective, as (step, batches, the objective's count of skipped examples). Step s of rank r
+    gets the same examples and randomness whichever process builds it: a resumed run replays."""
 
     def __init__(self, objective, examples, batch_size, grad_accum, seed, max_steps, rank=0,
                  world=1, start=0, pack=None):
@@ -610,8 +587,7 @@ def batch_loader(dataset, workers=0, pin_memory=False):
 
 # ------------------------------------------------------------------------------------- command line
 def export_seq2seq(out_dir, cache_dir=".cache"):
-    """Write the embedded seq2seq task: {split}.jsonl for train.py, test.src / test.tgt for
-    generate.py and evaluate.py."""
+    """The embedded task as files: {split}.jsonl (train.py), test.src / test.tgt (generate.py)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = default_seq2seq(cache_dir)

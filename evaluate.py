@@ -1,17 +1,10 @@
 """evaluate.py -- ROUGE, BLEU-4 and distinct-n, written from scratch (docs/metrics.md tells more).
 
-  * ROUGE-1/2/L/Lsum (Lin 2004), equal to Google's rouge-score 0.1.2, its tokenizer and its zero
-    conventions included; the Porter stemmer (Porter 1980) as NLTK's default mode: `porter_stem`.
-  * Corpus BLEU-4 (Papineni et al. 2002) equal to sacrebleu 2.6.0's corpus_bleu defaults.
-  * distinct-n (Li et al. 2016), percentile-bootstrap intervals for ROUGE, the lead baseline.
-
-  python evaluate.py rouge    --pred P --ref R [--stem] [--json] [--bootstrap N]
-  python evaluate.py lead     --src S --ref R [--words 12] [--stem] [--json] [--bootstrap N]
-  python evaluate.py bleu     --pred P --ref R [R2 ...] [--tokenize 13a|none] [--json]
-  python evaluate.py distinct --pred P [--n 1 2] [--json]
-  python evaluate.py perplexity --ckpt C --data F [--batch_size 32] [--device auto] [--json]
-Files hold one text a line (so the CLI's rougeLsum equals rougeL: Lsum splits sentences at
-"\n"); a bad flag or file is one line, `evaluate.py: error: ...`, exit status 2.
+  * ROUGE-1/2/L/Lsum (Lin 2004), equal to Google's rouge-score 0.1.2 with its Porter stemmer
+    (Porter 1980, NLTK's default mode: `porter_stem`); corpus BLEU-4 (Papineni et al. 2002) equal
+    to sacrebleu 2.6.0's corpus_bleu defaults; distinct-n (Li et al. 2016); bootstrap intervals.
+  * Commands rouge, lead, bleu, distinct, perplexity (`python evaluate.py -h`); files hold one text
+    a line; a bad flag or file is one line, `evaluate.py: error: ...`, exit status 2.
 Left out: ROUGE-W/S/SU, multi-reference ROUGE, sacrebleu's other tokenizers and smoothings.
 """
 import argparse
@@ -222,13 +215,9 @@ def _rouge_l(ref, pred):
 
 
 def lcs_alignment(reference, prediction):
-    """ROUGE-L's longest common subsequence of two token lists -> (table, pairs).
-
-    table[i][j] = the LCS length of reference[:i] and prediction[:j] (Lin 2004, Sec. 3.1); pairs
-    = [(i, j)], ONE LCS in order. ROUGE-Lsum depends on which one, so the walk back is
-    rouge-score's: a match at once, else towards the larger neighbour, on ties dropping a
-    reference token.
-    """
+    """ROUGE-L's longest common subsequence of two token lists -> (table, pairs): the LCS table
+    (Lin 2004, Sec. 3.1) and ONE LCS [(i, j)] in order, by rouge-score's walk back (docs/metrics.md,
+    "ROUGE-L's alignment": ROUGE-Lsum depends on which LCS)."""
     table = _lcs_table(reference, prediction)
     i, j = len(reference), len(prediction)
     pairs = []
@@ -243,25 +232,19 @@ def lcs_alignment(reference, prediction):
     return table, pairs[::-1]
 
 
-def _lcs_positions(ref, cand):
-    """Positions in `ref` of ONE longest common subsequence with `cand` (lcs_alignment's walk)."""
-    return {i for i, _ in lcs_alignment(ref, cand)[1]}
-
-
 def _rouge_lsum(ref_sents, pred_sents):
     """Summary-level ROUGE-L (Lin 2004, Sec. 3.2, Eq. 5-7) on lists of tokenized sentences."""
     m = sum(map(len, ref_sents))
     n = sum(map(len, pred_sents))
     if m == 0 or n == 0:
         return _score(0.0, 0.0)
-    # ROUGE-1.5.5 (and rouge-score) credit a token at most as often as it occurs in each summary;
-    # the paper's plain sum of |union LCS| could count one candidate word for several references.
+    # a token is credited at most as often as it occurs in each summary (ROUGE-1.5.5, rouge-score)
     budget_ref = collections.Counter(t for s in ref_sents for t in s)
     budget_pred = collections.Counter(t for s in pred_sents for t in s)
     hits = 0
     for ref in ref_sents:
         # union LCS: the ref positions that lie on the chosen LCS with ANY candidate sentence
-        union = set().union(*(_lcs_positions(ref, cand) for cand in pred_sents))
+        union = {i for cand in pred_sents for i, _ in lcs_alignment(ref, cand)[1]}
         for token in (ref[k] for k in union):  # (visiting order cannot change the count)
             if budget_ref[token] > 0 and budget_pred[token] > 0:
                 hits += 1
@@ -393,8 +376,7 @@ def bleu_details(predictions, references, tokenize="13a"):
 
 
 def _bleu_from_stats(correct, total, sys_len, ref_len):
-    """BLEU = BP * exp(mean_n log p_n) (Papineni et al. 2002, Sec. 2.3), 'exp' smoothing as in
-    sacrebleu."""
+    """BLEU = BP * exp(mean_n log p_n) (Papineni et al. 2002, Sec. 2.3), sacrebleu's smoothing."""
     # brevity penalty: exp(1 - r/c) when the system output is shorter than the references
     bp = 1.0 if sys_len >= ref_len else (math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0)
     precisions = [0.0] * 4

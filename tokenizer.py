@@ -6,14 +6,11 @@ docs/tokenizer.md gives the details, the decisions and the measured speeds.
 2. WordPiece encoding (BERT's WordpieceTokenizer): greedy longest-match-first, "##" on continuing
    pieces; a word over 100 characters, or one the vocabulary cannot cover, becomes [UNK].
 3. `WordPiece.train` (Schuster & Nakajima 2012): from characters, repeatedly merge the pair (a, b)
-   whose piece "ab" most increases the unigram likelihood of the training words, to first order
-       gain(a, b) = count(ab) * (log(count(ab) * N / (count(a) * count(b))) - 1)
-   (N held at its starting value). Naive first (`_train_pieces_naive`: recount everything before
-   every merge), fast beside it (`_train_pieces`: the same merges, updating only what changes).
-Special tokens [PAD] [UNK] [SOS] [EOS] [MASK] [P] [ATTN] are ids 0..6 of a trained vocabulary
-([CLS]/[SEP] alias [SOS]/[EOS]); `encode` never parses them from text. `from_file` also reads
-BERT's vocab.txt.
-Left out: byte fallback, NFKC, offsets, batch encoding, special-token parsing, truncation.
+   whose piece "ab" most increases the unigram likelihood of the training words (`_score`); naive
+   first (`_train_pieces_naive`), fast beside it (`_train_pieces`: the same merges).
+Special tokens [PAD] [UNK] [SOS] [EOS] [MASK] [P] [ATTN] are ids 0..6 of a trained vocabulary;
+`from_file` also reads BERT's vocab.txt. Left out: byte fallback, NFKC, offsets, batch encoding,
+special-token parsing, truncation.
 """
 import collections
 import hashlib
@@ -28,8 +25,7 @@ from tqdm import tqdm
 import utils
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[SOS]", "[EOS]", "[MASK]", "[P]", "[ATTN]")   # ids 0..6
-# BERT's names for [SOS]/[EOS]. Either name finds the same id: in our vocabulary [CLS]/[SEP] are
-# aliases of [SOS]/[EOS]; in BERT's, which has no [SOS]/[EOS], it is the other way round.
+# BERT's names for [SOS]/[EOS]: either name finds the same id
 BERT_NAMES = {"[SOS]": "[CLS]", "[EOS]": "[SEP]"}
 BERT_LACKS = ("[P]", "[ATTN]")   # special tokens that `from_file` adds to BERT's vocab.txt
 PREFIX = "##"                 # marks a piece that continues a word
@@ -138,10 +134,7 @@ class WordPiece:
 
     def encode(self, text):
         """Text -> list of piece ids. No special tokens are added, and none are parsed from text."""
-        ids = []
-        for word in basic_tokenize(text, self.lowercase):
-            ids.extend(self._encode_word(word))
-        return ids
+        return [i for word in basic_tokenize(text, self.lowercase) for i in self._encode_word(word)]
 
     def tokenize(self, text):
         """Text -> list of piece strings, e.g. "Unaffable" -> ["un", "##aff", "##able"]."""
@@ -149,8 +142,7 @@ class WordPiece:
 
     def decode(self, ids, skip_special=False):
         """Piece ids -> text: "##" pieces glued to the previous one, [PAD] dropped (every special
-        with skip_special=True), spaces tidied (_TIDY: "3 . 5" -> "3.5", "do n't" -> "don't").
-        Lowercasing, stripped accents and the original spacing cannot be undone."""
+        with skip_special=True), spaces tidied (_TIDY; docs/tokenizer.md, "Decoding")."""
         drop = self.special_ids if skip_special else {self.pad_id}
         words = []
         for i in ids:
@@ -165,7 +157,10 @@ class WordPiece:
                 words[-1] += tok[len(PREFIX):]
             else:
                 words.append(tok)
-        return _tidy(" ".join(words))
+        text = " ".join(words)
+        for pattern, repl in _TIDY:
+            text = pattern.sub(repl, text)
+        return text
 
     # -- files ------------------------------------------------------------------------------------
     def save(self, vocab_txt):
@@ -174,8 +169,8 @@ class WordPiece:
 
     @classmethod
     def from_file(cls, vocab_txt, lowercase=True):
-        """Load a vocab.txt: ours, or BERT's (adapted by `_adopt_bert`, said on stderr). A bad file
-        is a utils.DataError naming the file and line; a missing one a FileNotFoundError."""
+        """Load a vocab.txt: ours, or BERT's (adapted by `_adopt_bert`, said on stderr); a bad file
+        is a utils.DataError naming the file and line."""
         with open(vocab_txt, "rb") as f:                # FileNotFoundError names the path
             raw = f.read()
         try:
@@ -238,9 +233,8 @@ _UNUSED = regex.compile(r"\[unused\d+\]")
 
 
 def _adopt_bert(tokens):
-    """BERT's vocab.txt (a list of tokens) -> (ours, every BERT id kept; notes for the user such as
-    "[P] -> [unused0] (id 1)"). [CLS]/[SEP] serve as [SOS]/[EOS]; [P] and [ATTN] take the first
-    [unusedN] slots, or go at the end of a file without them."""
+    """BERT's vocab.txt tokens -> (ours, every BERT id kept; notes such as "[P] -> [unused0] (id
+    1)"): [P] and [ATTN] take the first [unusedN] slots, or go at the end (docs/tokenizer.md)."""
     tokens = list(tokens)
     ids = {tok: i for i, tok in enumerate(tokens)}
     notes = [f"{ours}={bert} ({ids[bert]})" for ours, bert in BERT_NAMES.items()
@@ -263,22 +257,13 @@ _TIDY = [(regex.compile(r"(?<=\d) ([.,:]) (?=\d)"), r"\1"),
          (regex.compile(r" +([.,;:!?%)\]}])"), r"\1"),
          (regex.compile(r"([(\[{]) +"), r"\1"),
          (regex.compile(r"(?<=[\p{L}\p{N}]) ([-']) (?=[\p{L}\p{N}])"), r"\1"),
-         # a contraction piece joins its word ("I 'm" -> "I'm", "do n't" -> "don't"): the reference
-         # WordPiece decoder's cleanup for 's 'm 've 're n't, here also 'll 'd, and only for a
-         # whole piece ("the 'some" stays)
+         # a whole contraction piece joins its word ("do n't" -> "don't"; "the 'some" stays)
          (regex.compile(r"(?<=[\p{L}\p{N}]) (?=(?:'(?:s|m|d|ll|re|ve)|n't)(?![\p{L}\p{N}]))"), "")]
-
-
-def _tidy(text):
-    for pattern, repl in _TIDY:
-        text = pattern.sub(repl, text)
-    return text
 
 
 # --- 3. Training: the WordPiece likelihood criterion, naive first, fast beside it -----------------
 def _alphabet(counts, min_frequency):
-    """Initial pieces: every character seen >= min_frequency times, plain, and "##c" if it was
-    seen inside a word."""
+    """Initial pieces: every character seen >= min_frequency times, and "##c" if seen in a word."""
     chars = collections.Counter()
     inner = set()
     for word, n in counts.items():
@@ -307,8 +292,9 @@ def _start(counts, n_pieces, min_frequency):
 
 
 def _score(c, ca, cb, n0, criterion):
-    """How good merging a pair is, from count(ab), count(a), count(b) and N (the module's gain;
-    "ratio" is the popular shortcut docs/tokenizer.md compares)."""
+    """How good merging a pair is, from count(ab), count(a), count(b) and N, held at its start:
+        gain(a, b) = count(ab) * (log(count(ab) * N / (count(a) * count(b))) - 1)
+    ("ratio" is the popular shortcut docs/tokenizer.md compares)."""
     if criterion == "ratio":
         return c / (ca * cb)
     return c * (math.log(c * n0 / (ca * cb)) - 1)        # first-order likelihood gain
@@ -322,7 +308,7 @@ def _train_pieces_naive(counts, n_pieces, min_frequency, criterion, progress=Fal
     rank = {s: i for i, s in enumerate(names)}
     # Each word as a list of symbols, "##" on all but the first: "the" -> ["t", "##h", "##e"]
     words = [([w[0]] + [PREFIX + c for c in w[1:]], n) for w, n in kept]
-    # N, the number of symbols, held at its starting value (module docstring)
+    # N, the number of symbols, held at its starting value (_score)
     n0 = sum(len(symbols) * n for symbols, n in words)
     bar = tqdm(total=n_pieces, initial=len(names), desc="wordpiece merges", disable=not progress)
     while len(names) < n_pieces:
@@ -362,13 +348,9 @@ def _train_pieces_naive(counts, n_pieces, min_frequency, criterion, progress=Fal
 
 
 def _train_pieces(counts, n_pieces, min_frequency, criterion, progress=False):
-    """Return the same pieces as `_train_pieces_naive`, in the same order, without the recounts.
-
-    `pair_words[(a, b)]` indexes the words holding a pair, so a merge revisits only those. The best
-    pair comes from a max-heap of (-score, -count, a, b): whenever a pair's score may have changed
-    (its count, or a symbol's: `pairs_of[symbol]`) a fresh entry is pushed, and a popped entry is
-    used only if it still equals the pair's key. Symbol ids are ranks, so ties break as naive's.
-    """
+    """Return the same pieces as `_train_pieces_naive`, in the same order, without the recounts:
+    a merge revisits only the words holding its pair, and a lazily validated max-heap hands out
+    the best pair (docs/tokenizer.md, "The fast trainer")."""
     alphabet, words = _start(counts, n_pieces, min_frequency)
     names = list(alphabet)
     sym_id = {s: i for i, s in enumerate(names)}

@@ -1,19 +1,16 @@
 """Pre-training objectives: each one only builds (tokens, positions, segments, attention mask,
-targets). docs/how-it-fits-together.md ("Contracts") describes the interface in full.
+targets). docs/objectives.md ("The interface") and docs/how-it-fits-together.md ("Contracts")
+describe the interface in full.
 
     obj = get_objective("pmlm", tokenizer, task="pretrain")     # or unilm, ernie_gen, palm, mass
     batch = obj.make_batch(examples, random.Random(0))          # -> Batch
     loss, metrics = obj.loss(model, batch)
 
 Every objective has the same shape: pretrain_example(passage, rng) and seq2seq_example(src, tgt,
-rng) give an Example (per-token lists; the mask described by kind and step, objectives/masks.py)
-or None (skipped and counted); make_batch pads them through `collate` into a Batch;
-compute_loss(model, batch) is one forward pass. Options are class attributes (`option`); the
-hooks set_step, prepare, heads and show_fills tell train.py what it needs, so it names no
-objective. The registry at the end is a plain dict, OBJECTIVES = {"unilm": UniLMObjective, ...}.
-Seq2seq layout shared by every objective and generate.py: [SOS] src [EOS] at positions 0..S-1,
-then the target part at S, S+1, ..., segment ids `segments`, and `query_token` at position S+t to
-predict y_t ([MASK], [P], [ATTN]; None: next-token prediction).
+rng) give an Example or None (skipped and counted); make_batch pads them through `collate` into a
+Batch; compute_loss(model, batch) is one forward pass. Options are class attributes (`option`);
+hooks tell train.py what it needs, so it names no objective. Seq2seq layout: [SOS] src [EOS] at
+positions 0..S-1, then the target part at S, S+1, ...; `query_token` at S+t predicts y_t.
 """
 import random
 import warnings
@@ -46,14 +43,8 @@ class Example:
 @dataclass
 class Batch:
     """Examples padded to (B, L); the attention mask is built from kind and step where the batch
-    is. extras, every key any objective uses:
-        lm_type       UniLM: index in unilm.LM_TYPES of the LM drawn for this batch (an int)
-        nsp_labels    UniLM: (B,) 0 = S2 follows S1, 1 = S2 is from another passage
-                      (bidirectional LM only)
-        stage         PALM: 1 (MLM on the context) or 2 (continuation + copy) (an int)
-        source_width  PALM: S, the width every example's context part is padded to
-                      (continuations start at S)
-    """
+    is. extras: lm_type (UniLM: index in LM_TYPES), nsp_labels (UniLM: (B,) 1 = S2 from another
+    passage), stage (PALM: 1 or 2), source_width (PALM: S, where continuations start)."""
     input_ids: torch.Tensor       # (B, L) long
     position_ids: torch.Tensor    # (B, L) long
     segment_ids: torch.Tensor     # (B, L) long
@@ -74,8 +65,8 @@ class Batch:
         return masks.MaskSpec(self.kind, self.step)
 
     def labelled(self, *kinds):
-        """How many rows of these kinds (of any kind if none is named) carry a label, or None:
-        known on the CPU, so lm_loss picks the rows without waiting for the GPU to count them."""
+        """How many rows of these kinds (any kind if none is named) carry a label, or None: counted
+        on the CPU, so lm_loss need not wait for the GPU to count them."""
         if self.n_labels is None:
             return None
         return sum(n for k, n in self.n_labels.items() if not kinds or k in kinds)
@@ -122,16 +113,14 @@ def leading_context(example):
 
 
 # --- Options: declared on the objective's class; train.py makes each a --flag ---------------------
+@dataclass
 class Option:
     """An objective's setting: a default and a one-line description (train.py --help prints it)."""
-
-    def __init__(self, default, help):
-        self.default = default
-        self.help = help
+    default: object
+    help: str
 
 
-def option(default, help):
-    return Option(default, help)
+option = Option
 
 
 # --- The interface train.py, generate.py and evaluate.py call -------------------------------------
@@ -145,9 +134,7 @@ class Objective:
     align_source = False          # collate pads every context part to one width (PALM's layout)
     n_segments = 2                # segment ids used: the model needs ModelConfig.n_segment >= this
     pad_multiple = 1              # collate pads the batch length up to a multiple of this
-    # metric keys that say what a batch was (PALM's stage), not how well the model did: logged in
-    # metrics.jsonl, left out of the printed evaluation line
-    tags = ()
+    tags = ()                     # metric keys that say what a batch was (PALM's stage), no score
     min_passage = 1               # the shortest pre-training passage (tokens) giving an example
     # pre-training reads the context part only: PMLM's originals, MASS's span part copy its slots
     pretrain_reads_context_only = False
@@ -198,9 +185,8 @@ class Objective:
         return options
 
     def heads(self, model):
-        """The parameters of the output heads beside the tied LM head (NSP, copy). A batch may leave
-        them unused: train.LossModule adds them to every loss times zero, so that DDP sees a
-        gradient for every parameter."""
+        """The parameters of the output heads beside the tied LM head (NSP, copy): train.LossModule
+        adds them to every loss times zero, so that DDP sees a gradient for every parameter."""
         return [p for name, p in model.named_parameters()
                 if name.split(".")[0].endswith("_head")]
 
@@ -282,8 +268,7 @@ class Objective:
         raise NotImplementedError
 
     def corpus_tokens(self, batch):
-        """Tokens of the corpus a batch reads (CTX, ORIG; no query tokens, no padding): throughput
-        in these compares objectives fairly."""
+        """Tokens of the corpus a batch reads (CTX, ORIG; no query, no padding): fair throughput."""
         read = batch.kind == CTX
         if self.task == "seq2seq" or not self.pretrain_reads_context_only:
             read |= batch.kind == ORIG
@@ -300,8 +285,8 @@ class Objective:
     # --- what the model predicts, for a reader watching it learn ----------------------------------
     @torch.no_grad()
     def show_fills(self, model, example, device="cpu", autocast=None, n_tokens=48):
-        """The model's predictions on one pretrain example: the text with every predicted slot as
-        [prediction|answer], then the query rows ([P], [ATTN], the continuation) the same way."""
+        """The model's predictions on one pretrain example as [prediction|answer]: the text's
+        slots, then the query rows ([P], [ATTN], the continuation)."""
         batch = self.make_batch([example], random.Random("fills")).to(device)
         if len(batch) == 0:
             return "  (the fixed held-out passage was skipped by the objective)"
@@ -329,8 +314,7 @@ class Objective:
 
 
 def fills_example(examples, tok):
-    """The held-out example the fills show: the first of 40 tokens or more that reads as prose
-    (most pieces words, not the punctuation of a table or a code sample)."""
+    """The held-out example the fills show: the first of 40 tokens or more that reads as prose."""
     def words(ids):
         pieces = [tok.id_to_token(i) for i in ids]
         return sum(p.lstrip("#").isalpha() for p in pieces) / max(1, len(pieces))
@@ -341,8 +325,7 @@ def fills_example(examples, tok):
 
 # --- Helpers shared by the objectives -------------------------------------------------------------
 def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
-    """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] with p_mask, a random token with p_random, else
-    unchanged."""
+    """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] p_mask, a random token p_random, else kept."""
     r = rng.random()
     if r < p_mask:
         return tokenizer.mask_id if mask_id is None else mask_id
@@ -351,9 +334,20 @@ def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
     return token
 
 
+def cloze(tokens, positions, tokenizer, rng):
+    """BERT's masked LM at the given positions (in this order) -> (inputs, labels): each label its
+    token, each input drawn by `corrupt`."""
+    inputs = list(tokens)
+    labels = [-100] * len(tokens)
+    for p in positions:
+        labels[p] = tokens[p]
+        inputs[p] = corrupt(tokens[p], tokenizer, rng)
+    return inputs, labels
+
+
 def random_token(tokenizer, rng):
-    """A uniformly random ordinary id: after the special tokens at the head of the vocabulary
-    (a BERT vocab.txt's up to [MASK]) and before any appended at its end."""
+    """A uniformly random ordinary id: between the special tokens at the head of the vocabulary
+    (a BERT vocab.txt's up to [MASK]) and any appended at its end."""
     hi = len(tokenizer)
     while hi - 1 in tokenizer.special_ids:
         hi -= 1
@@ -377,8 +371,8 @@ def cut_segments(sentences, rng):
 
 def lm_loss(model, h, labels, label_smoothing=0.0, n=None):
     """Cross-entropy of the tied LM head over the rows with labels != -100, in fp32 -> (loss,
-    accuracy). Only those rows go through the (d x V) head; n, their count (Batch.labelled), spares
-    the GPU a count (boolean indexing stalls its queue)."""
+    accuracy). Only those rows go through the (d x V) head; n, their count (Batch.labelled), saves
+    the GPU a count."""
     sel = (labels != -100).flatten()
     if n is None:
         rows = sel.nonzero().squeeze(1)

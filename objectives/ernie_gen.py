@@ -6,33 +6,19 @@ vocabulary's t-test, the bad-input rules and what was measured.
     obj = get_objective("ernie_gen", tok, task="seq2seq")              # fine-tuning, rho_f = 0.7
     vocab = build_span_vocab(sentences, tok, cache_path="spans.json")  # V_span, once per corpus
 
-One training example is ONE sequence with ONE mask (masks.multi_flow), so one attention call per
-layer runs the three flows of Eq. 5 (the contextual flow never attends to an [ATTN] row, so it is
-the same computation); `separate_flows` computes them apart (Eq. 2-6) and the tests hold the two
-equal:
-
-    [SOS] S' [EOS] | T'              | A_W: [ATTN] x |T|        | A_S: [ATTN] x |T|
-                                                                  (only when lambda < 1)
-    segment 0        segment 1         segment 1                  segment 1
-    M_C: bidir.      S' + T'_<=i       S' + T'_<i + itself (M_W)  S' + T'_<b + itself,
-                                                                  j in span [b, e) (M_S)
-
-1. Infilling (3.1): fragments of lengths drawn from D = {U(1,4) p 0.4, U(4,32) p 0.6}, whole words,
-   until gamma = 25% of the passage; T = the fragments in passage order, every token (and its
-   [ATTN]s) at its position in `[SOS] passage [EOS]`.
-2. Noise (3.2): each T' token becomes a random ordinary id with probability rho_p = 0.05 (rho_f in
-   fine-tuning); labels are always the clean T.
-3. Span flow (3.3): T' cut into spans by greedy lookup in V_span (trigram, bigram, unigram).
-4. Loss (Eq. 7): lambda L_word + (1 - lambda) L_span; lambda 0.5 in pre-training, 1.0 in
-   fine-tuning (no span flow built).
-Fine-tuning: [SOS] src [EOS] at 0..S-1, then T' = noised (tgt + [EOS]) and its [ATTN]s from S on:
-generate.py's loop. Left out: decoding (that loop is the infilling decoding of 3.4), fp16 and
-token-count batching; the lengths D are constants (LENGTH_DISTRIBUTIONS), not options.
+One example is ONE sequence [S'; T'; A_W; A_S] with ONE mask (masks.multi_flow): one attention
+call per layer runs the three flows of Eq. 5; `separate_flows` computes them apart (Eq. 2-6) and
+the tests hold the two equal. Infilling (3.1): fragments of lengths from D, whole words, until
+gamma = 25% of the passage, each token at its own position. Noise (3.2): rho of T' made random,
+labels the clean T. Span flow (3.3): T' cut by greedy lookup in V_span. Loss: Eq. 7.
+Left out: decoding (generate.py's loop is the infilling decoding of 3.4), fp16 and token-count
+batching; the lengths D are constants (LENGTH_DISTRIBUTIONS), not options.
 """
 import json
 import math
 import os
 from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -56,15 +42,13 @@ def continuation_ids(tokenizer):
 
 
 def word_ranges(ids, continuation):
-    """[(start, end)] token ranges of the words of ids; a word is a piece and the `##` pieces after
-    it."""
+    """[(start, end)] token ranges of the words of ids: a piece and the `##` pieces after it."""
     starts = [k for k, i in enumerate(ids) if k == 0 or i not in continuation]
     return list(zip(starts, starts[1:] + [len(ids)]))
 
 
 def t_statistic(count, n_total, p_independent):
-    """t = (p(w) - p'(w)) / sqrt(sigma^2 / N) with p(w) = count / N, sigma^2 = p(w)(1 - p(w))
-    (3.3)."""
+    """t = (p(w) - p'(w)) / sqrt(sigma^2 / N), p(w) = count / N, sigma^2 = p(w)(1 - p(w)) (3.3)."""
     p = count / n_total
     var = p * (1 - p)
     return math.inf if var == 0 else (p - p_independent) / math.sqrt(var / n_total)
@@ -81,8 +65,7 @@ class SpanVocab:
         return len(self.ngrams)
 
     def segment(self, words):
-        """Greedy from the current word: trigram, bigram, else unigram (3.3) -> the word count of
-        each span."""
+        """Greedy from the current word: trigram, bigram, else unigram (3.3) -> words per span."""
         sizes = []
         i = 0
         while i < len(words):
@@ -94,8 +77,7 @@ class SpanVocab:
 
 
 def _sentences(corpus, tokenizer):
-    """Items of a corpus as token-id sentences: a text (encoded), a sentence of ids, or a passage of
-    them."""
+    """Items of a corpus as token-id sentences: a text, a sentence of ids, or a passage of them."""
     for item in corpus:
         if isinstance(item, str):
             yield tokenizer.encode(item)
@@ -107,13 +89,9 @@ def _sentences(corpus, tokenizer):
 
 def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, min_t=T_CRITICAL,
                      cache_path=None, progress=True):
-    """Count word n-grams over the corpus, keep the top t-statistics (3.3) -> SpanVocab; cached at
-    cache_path.
-
-    corpus: an iterable of texts, of token-id sentences or of passages (lists of sentences). A cache
-    file written with the same tokenizer and settings is loaded instead of counting again (train.py
-    keeps it beside the tokenized data, whose folder is already keyed by the corpus).
-    """
+    """Count word n-grams over the corpus (texts, token-id sentences or passages), keep the top
+    t-statistics (3.3) -> SpanVocab. A cache_path written with the same tokenizer and settings is
+    loaded instead of counting again."""
     settings = dict(tokenizer=tokenizer.fingerprint(), n_bigrams=n_bigrams, n_trigrams=n_trigrams,
                     min_t=min_t)
     if cache_path and os.path.exists(cache_path):
@@ -144,7 +122,6 @@ def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, mi
     # JSON with one n-gram a line: [pieces, t, count]
     if cache_path:
         ngram_lines = ",\n".join(json.dumps([text(g), t, c]) for t, c, g in rows)
-        # atomic: a crash never leaves half a file
         atomic_write(cache_path, f'{{"settings": {json.dumps(settings)}, "words": {n_words}, '
                                  f'"ngrams": [\n{ngram_lines}\n]}}\n')
     return SpanVocab(tuple(words[x] for x in g) for _, _, g in rows)
@@ -170,23 +147,12 @@ def load_span_vocab(path, tokenizer):
 # --- Eq. 2-6 flow by flow: the naive computation --------------------------------------------------
 
 def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
-    """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention, per
-    layer.
-
-    For ONE example (1-D tensors, as an Example holds them; no padding), with the model's own
-    weights:
-
-        X^(l+1)   = MH-Attn(Q = X^(l),   KV = X^(l),          M_C)     contextual flow, X = [S'; T'] (Eq. 2)
-        A_W^(l+1) = MH-Attn(Q = A_W^(l), KV = [X^(l); A_W^(l)], M_W)   word-by-word flow (Eq. 3)
-        A_S^(l+1) = MH-Attn(Q = A_S^(l), KV = [X^(l); A_S^(l)], M_S)   span-by-span flow (Eq. 4)
-                                                                      (the three together: Eq. 5)
-    with M_ij = 0 where i may attend j and -inf elsewhere (Eq. 6). Each layer is the model's pre-LN
-    block, x + Attn(LN(x)), then x + FFN(LN(x)), unrolled so that queries and keys/values can come
-    from different flows. The masks are written from the equations, not from masks.multi_flow. ->
-    the final states of X, A_W and A_S (A_S is empty when the example has no span flow). The model
-    itself computes all three in ONE sequence with one mask (model(...) on the Example): the same
-    numbers, one attention call per layer. Written for reading and checking: slow, no dropout, no
-    relative position bias (ERNIE-GEN uses none).
+    """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention,
+    per layer (Eq. 2-4, masks of Eq. 6 written from the equations, not from masks.multi_flow),
+    for ONE example (1-D tensors, no padding) with the model's own pre-LN blocks -> the final
+    states of X = [S'; T'], A_W and A_S (empty without a span flow). Slow, for reading and
+    checking: no dropout, no relative bias (ERNIE-GEN uses none). docs/objectives.md
+    ("ERNIE-GEN") writes the three equations out.
     """
     if model.rel_bias is not None:
         raise ValueError("separate_flows: the model has a relative position bias, "
@@ -209,8 +175,7 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
         return torch.cat([seen, torch.eye(len(q_step), dtype=torch.bool, device=kind.device)], 1)
 
     def mh_attn_layer(blk, q_in, kv_in, mask):
-        """One Transformer layer whose queries come from q_in and keys/values from kv_in
-        (mask: True = attend)."""
+        """One layer: queries from q_in, keys/values from kv_in (mask: True = attend)."""
         C = q_in.size(-1)
         H = model.config.n_head
         q = blk.attn.qkv(blk.ln1(q_in)).split(C, -1)[0]
@@ -270,11 +235,9 @@ class ErnieGenObjective(Objective):
         # the noising rate rho (3.2) and Eq. 7's lambda of this task
         self.rho = float(self.rho_p if pretrain else self.rho_f)
         self.lam = float(self.lam_pretrain if pretrain else self.lam_finetune)
-        vocab = self.span_vocab
-        if isinstance(vocab, (str, os.PathLike)):
-            self.spans_table = load_span_vocab(vocab, self.tok)
-        else:
-            self.spans_table = vocab
+        self.spans_table = self.span_vocab
+        if isinstance(self.span_vocab, (str, os.PathLike)):
+            self.spans_table = load_span_vocab(self.span_vocab, self.tok)
         self.continuation = continuation_ids(self.tok)
         if self.lam < 1 and self.spans_table is None:
             warn_once("ernie_gen: no span vocabulary given (option span_vocab); "
@@ -283,8 +246,7 @@ class ErnieGenObjective(Objective):
     @classmethod
     def prepare(cls, options, tokenizer, examples, cache_dir, task="pretrain", progress=True):
         """Pre-training without a span_vocab: the t-test span vocabulary of the training passages
-        (3.3), counted once per corpus and kept in cache_dir, beside the tokenized data.
-        Fine-tuning needs none (lam_finetune = 1: the word flow only)."""
+        (3.3), kept in cache_dir. Fine-tuning needs none (lam_finetune = 1: the word flow only)."""
         if task != "pretrain" or options.get("span_vocab"):
             return options
         path = Path(cache_dir) / "span_vocab.json"
@@ -293,13 +255,9 @@ class ErnieGenObjective(Objective):
 
     # -- 3.1 multi-granularity target fragments ----------------------------------------------------
     def sample_fragments(self, words, rng):
-        """Fragments as word ranges [(w0, w1)] in the order drawn, and the length distribution
-        (lo, hi) drawn.
-
-        A drawn length is kept while its start is redrawn (up to 20 misses), so crowding does not
-        bias the lengths towards short ones; only the last fragment is cut to the budget left."""
-        bounds = [b for _, b in LENGTH_DISTRIBUTIONS]
-        probs = [p for p, _ in LENGTH_DISTRIBUTIONS]
+        """Fragments as word ranges [(w0, w1)] in the order drawn, and the (lo, hi) of D drawn. A
+        length is kept while its start is redrawn (up to 20 misses): crowding does not bias it."""
+        probs, bounds = zip(*LENGTH_DISTRIBUTIONS)
         lo_hi = rng.choices(bounds, probs)[0]               # D_i
         budget = max(1, round(self.gamma * words[-1][1]))   # gamma of the passage's tokens
         taken = [False] * len(words)
@@ -331,24 +289,18 @@ class ErnieGenObjective(Objective):
         return fragments, lo_hi
 
     def spans(self, ids):
-        """Span ranges [(b, e)] covering ids (one fragment of T'): greedy V_span lookup of whole
-        words (3.3)."""
+        """Span ranges [(b, e)] covering ids (a fragment of T'): V_span lookup of words (3.3)."""
         words = word_ranges(ids, self.continuation)
         if self.spans_table is not None:
             sizes = self.spans_table.segment([tuple(ids[a:b]) for a, b in words])
         else:
             sizes = [1] * len(words)                        # fallback: every word is a span
-        out = []
-        w = 0
-        for n in sizes:
-            out.append((words[w][0], words[w + n - 1][1]))
-            w += n
-        return out
+        # a span of n words ending at word e (exclusive): tokens from words[e - n] to words[e - 1]
+        return [(words[e - n][0], words[e - 1][1]) for n, e in zip(sizes, accumulate(sizes))]
 
     # -- building examples -------------------------------------------------------------------------
     def noise(self, tgt_ids, rng):
-        """T' (3.2): each token of T replaced by a uniformly random non-special id with probability
-        rho."""
+        """T' (3.2): each token of T made a uniformly random non-special id with probability rho."""
         return [random_token(self.tok, rng) if rng.random() < self.rho else t for t in tgt_ids]
 
     def layout(self, src_ids, src_pos, tgt_ids, noised, tgt_pos, spans):
@@ -395,7 +347,7 @@ class ErnieGenObjective(Objective):
             in_target[a:b] = [True] * (b - a)
             ranges.append((len(tgt_ids), len(tgt_ids) + b - a))  # the fragment's range in T
             tgt_ids += ids[a:b]
-            # original positions: [SOS] is 0 (see the docstring)
+            # each T token keeps its position in [SOS] passage [EOS]
             tgt_pos += range(a + 1, b + 1)
         keep = [k for k in range(len(ids)) if not in_target[k]]
         src_ids = [self.tok.sos_id] + [ids[k] for k in keep] + [self.tok.eos_id]
@@ -439,6 +391,3 @@ class ErnieGenObjective(Objective):
             metrics.update(loss_span=loss_s.detach(), acc_span=acc_s)
         metrics["loss"] = loss.detach()
         return loss, metrics
-
-
-OBJECTIVE = ErnieGenObjective

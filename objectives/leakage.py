@@ -2,16 +2,12 @@
 
     report = leakage.check(model, batch)          # a batch of any objective, a model in any state
     assert report.leaks == []                     # empty: proven leak-free on this batch
-    report.gradients(b)                           # (predictions, L): each prediction's dependence
-                                                  # on each input of example b (a heatmap)
+    report.gradients(b)                           # (predictions, L): a heatmap of example b
 
-The gradient of a prediction with respect to an input embedding is exactly 0.0 (masked scores are
--inf) if and only if no path of attention carries that input to it, so autograd catches explicit
-leakage (a query sees its answer) and implicit leakage through the layers (UniLMv2 3.2) alike.
-What a prediction may not depend on follows from the batch's kind and step, not from its mask,
-so a wrong mask cannot hide its own mistake (`forbidden_inputs`). The probe: the logits at a row
-projected on a random vector, differentiated in eval mode. docs/objectives.md ("Leakage") says
-what the rule cannot see.
+A prediction's gradient with respect to an input embedding is exactly 0.0 (masked scores are -inf)
+if and only if no path of attention carries that input to it: explicit and implicit leakage
+(UniLMv2 3.2) alike. What a prediction may not depend on follows from kind and step, not from the
+mask (`forbidden_inputs`). docs/objectives.md ("The leakage checker") says what it cannot see.
 """
 from dataclasses import dataclass, field
 
@@ -24,13 +20,10 @@ def forbidden_inputs(kind, step, row):
     """(L,) bool: the inputs the prediction at `row` of one example (kind, step: (L,)) may not
     depend on: a context row, nothing but context; a row of step b, no ORIG of step >= b but
     itself (those hold its answer and the future)."""
-    L = kind.size(0)
-    j = torch.arange(L, device=kind.device)
     if kind[row] == CTX:
-        bad = (kind != CTX) & (kind != PAD)
-    else:
-        bad = (kind == ORIG) & (step >= step[row]) & (j != row)
-    return bad
+        return (kind != CTX) & (kind != PAD)
+    j = torch.arange(kind.size(0), device=kind.device)
+    return (kind == ORIG) & (step >= step[row]) & (j != row)
 
 
 def dependencies(model, batch, b, rows, attn_mask=None):
@@ -57,8 +50,7 @@ def dependencies(model, batch, b, rows, attn_mask=None):
 
 @dataclass
 class Leak:
-    """One forbidden dependency: prediction at (example, row) depends on input `input` by
-    `gradient`."""
+    """One forbidden dependency: prediction (example, row) depends on `input` by `gradient`."""
     example: int
     row: int
     input: int

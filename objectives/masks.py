@@ -1,14 +1,9 @@
 """Self-attention masks: the whole difference between the four papers' language models.
 
-A mask is a bool tensor (B, L, L), True = "query i may attend key j" (rows queries, columns keys in
-the pictures). ONE rule makes every mask (`may_attend`), from two per-token vectors a Batch carries:
-
-    kind   CTX    context: the text every query may see (source, unmasked text, [M] slots)
-           ORIG   a token of a left-to-right factorization
-           PSEUDO a query token ([P], word-flow [ATTN]) predicting the ORIG of its step
-           SPAN   a span-flow [ATTN] (ERNIE-GEN)
-           PAD    padding: sees nothing, seen by nothing
-    step   the factorization step 1, 2, ... of ORIG / PSEUDO / SPAN tokens
+A mask is a bool tensor (B, L, L), True = "query i may attend key j". ONE rule makes every mask
+(`may_attend`), from two per-token vectors a Batch carries: `kind` (PAD, CTX context, ORIG a token
+of a left-to-right factorization, PSEUDO a [P] or word-flow [ATTN] query, SPAN a span-flow [ATTN])
+and `step` (the factorization step 1, 2, ... of ORIG / PSEUDO / SPAN tokens):
 
     a CTX query     sees  CTX
     an ORIG query   sees  CTX + ORIG of steps <= its own                      (the text so far)
@@ -16,9 +11,7 @@ the pictures). ONE rule makes every mask (`may_attend`), from two per-token vect
     a SPAN query    sees  CTX + ORIG of steps <  its own + itself
 
 The builders below write out each paper's mask the way it draws it; the tests hold every one equal
-to the rule. docs/how-it-fits-together.md ("One rule makes every mask") says where each is built.
-Where the speed layer packs several passages into one row, a third vector, passage, adds "and
-only its own passage" to the rule (attention_mask).
+to the rule. docs/objectives.md ("The mask rule") draws them all.
 """
 from dataclasses import dataclass
 
@@ -83,7 +76,7 @@ class MaskSpec:
         return attention_mask(self.kind, self.step, passage=self.passage)
 
 
-# --- UniLM: the four LMs, from lengths ------------------------------------------------------------
+# --- UniLM: the four LMs, from lengths (drawn in docs/objectives.md, "UniLM's four masks") --------
 def _grid(lengths, L):
     """Query index i (1, L, 1), key index j (1, 1, L) and the validity of both (B, L, L)."""
     n = torch.as_tensor(lengths).view(-1, 1, 1)
@@ -94,50 +87,26 @@ def _grid(lengths, L):
 
 
 def bidirectional(lengths, L):
-    """Every real token sees every real token (BERT's MLM; UniLM's bidirectional LM).
-
-        lengths=[3], L=4:   1 1 1 0
-                            1 1 1 0
-                            1 1 1 0
-                            0 0 0 0     <- padding row
-    """
+    """Every real token sees every real token (BERT's MLM; UniLM's bidirectional LM)."""
     _, _, valid = _grid(lengths, L)
     return valid
 
 
 def left_to_right(lengths, L):
-    """Token i sees tokens j <= i (GPT; UniLM's left-to-right LM).
-
-        lengths=[3], L=3:   1 0 0
-                            1 1 0
-                            1 1 1
-    """
+    """Token i sees tokens j <= i (GPT; UniLM's left-to-right LM)."""
     i, j, valid = _grid(lengths, L)
     return (j <= i) & valid
 
 
 def right_to_left(lengths, L):
-    """Token i sees tokens j >= i (UniLM's right-to-left LM).
-
-        lengths=[3], L=3:   1 1 1
-                            0 1 1
-                            0 0 1
-    """
+    """Token i sees tokens j >= i (UniLM's right-to-left LM)."""
     i, j, valid = _grid(lengths, L)
     return (j >= i) & valid
 
 
 def seq2seq(src_lengths, lengths, L):
     """Source bidirectional; a target token sees the source, the target to its left and itself.
-    src_lengths counts the source part (with its [SOS] ... [EOS]); lengths the whole sequence.
-
-        src_lengths=[2], lengths=[5], L=5:    s s t t t
-                                         s    1 1 0 0 0
-                                         s    1 1 0 0 0
-                                         t    1 1 1 0 0
-                                         t    1 1 1 1 0
-                                         t    1 1 1 1 1
-    """
+    src_lengths counts the source part (with its [SOS] ... [EOS]); lengths the whole sequence."""
     i, j, valid = _grid(lengths, L)
     n_src = torch.as_tensor(src_lengths).view(-1, 1, 1)
     return ((j < n_src) | (j <= i)) & valid

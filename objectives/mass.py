@@ -2,19 +2,15 @@
 The reference solution of the exercises' capstone (exercises/capstone_mass.py): a fifth objective
 written with the public interface only. docs/objectives.md ("MASS") gives the decisions.
 
-MASS masks ONE span x^{u:v} of about half the passage in the encoder's input; the decoder predicts
-it left to right. On one backbone that is one sequence with the seq2seq mask (Figure 1's example):
+MASS masks ONE span of about half the passage in the encoder's input; the decoder predicts it left
+to right. On one backbone that is one sequence with the seq2seq mask (Figure 1's example):
 
-    [SOS] x1 x2 [M] [M] [M] [M] x7 x8 [EOS] | [SOS] x3 x4 x5  context part | span part
-    position   0 .. 9                       |  3    4  5  6   at the span's own positions
-    segment    0                            |  1
-    kind       CTX                          |  ORIG, steps 1..4 (row t sees the context + rows <= t)
+    [SOS] x1 x2 [M] [M] [M] [M] x7 x8 [EOS] | [SOS] x3 x4 x5  context part (CTX) | span part (ORIG)
+    position   0 .. 9,  segment 0           |  3    4  5  6   at the span's own positions, segment 1
     predicts   -                            |  x3   x4 x5 x6  next-token prediction
 
-Span: k = round(span_frac x n) tokens (at least 1), start uniform; passages are cut to max_len - 2.
-Fine-tuning: [SOS] src [EOS] | [SOS] y_0 .. y_{T-1} predicting y_0 .. y_{T-1} [EOS] (PALM's
-layout). Every masked slot is [MASK]. Left out: BERT's 80/10/10 (a kept slot would show the
-decoder its answer), MASS's separate encoder and decoder, its language embeddings.
+Fine-tuning: [SOS] src [EOS] | [SOS] y (PALM's layout). Left out: BERT's 80/10/10 (a kept slot
+would show the decoder its answer), MASS's separate encoder and decoder, its language embeddings.
 """
 from objectives import Example, Objective, lm_loss, option, warn_once
 from objectives.masks import CTX, ORIG

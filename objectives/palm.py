@@ -1,34 +1,27 @@
 """PALM (Bi et al. 2020, section 2): autoencoding + autoregressive pre-training, context ->
 continuation, with copying. docs/objectives.md ("PALM") tells the windows, the cut and the stages.
 
-ONE backbone plays the paper's encoder and decoder: the seq2seq mask makes the context block
-bidirectional (the encoder) and each continuation token see the context and its left (the decoder),
-so the two share their weights, which the paper's do not.
+ONE backbone plays the paper's encoder and decoder through the seq2seq mask (their weights are
+shared, which the paper's are not); it is generate.py's loop with query_token None:
 
     [SOS] ctx [EOS] | [SOS] y1 .. yn       positions 0..S-1 | S, S+1, ..., segments 0 | 1
     labels  (MLM at masked ctx)  |  y1 .. yn [EOS]    the label at [SOS] is y1, at yn it is [EOS]
 
-That is generate.py's loop with query_token None: row S+t holds y_t-1 and predicts y_t. A batch pads
-every context to the longest (align_source), so the continuation rows are h[:, S:].
-Pre-training draws a window of the passage with the stride of one sentence (3.1) and cuts it 80% /
-20% (2.2), moved to a near sentence boundary. Stage 1 (steps < stage1_frac x total, `set_step`):
-BERT's MLM on the context alone. Stage 2: -log P(y_t) of the pointer-generator mixture (2.3,
-model.PointerGenerator) + mlm_weight x MLM. Fine-tuning: source = context, target = continuation.
-Left out: RoBERTa initialisation, the separate decoder, the extended vocabulary (no OOV words in
-WordPiece).
+Pre-training: a window of the passage (3.1) cut 80% / 20% (2.2). Stage 1 (2.1): BERT's MLM on the
+context alone; stage 2: -log P(y_t) of the pointer-generator mixture (2.3) + mlm_weight x MLM.
+Left out: RoBERTa initialisation, the separate decoder, the extended vocabulary.
 """
 import itertools
 
 import torch
 
-from objectives import Example, Objective, corrupt, lm_loss, option, warn_once
+from objectives import Example, Objective, cloze, lm_loss, option, warn_once
 from objectives.masks import CTX, ORIG
 
 
 def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
-    """A passage (list of sentences of ids) -> (context ids, continuation ids), cut at
-    round(context_frac x n) in [1, n - 1] (2.2), or at the nearest inner sentence boundary within
-    boundary_slack x n tokens (ties: the earlier). With n < 2 a part comes back empty."""
+    """A passage (sentences of ids) -> (context, continuation), cut at round(context_frac x n)
+    (2.2), or at the nearest inner sentence boundary within boundary_slack x n tokens."""
     tokens = [t for s in passage for t in s]
     n = len(tokens)
     cut = min(max(round(context_frac * n), 1), n - 1)
@@ -42,8 +35,7 @@ def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
 
 def sentence_windows(passage, budget):
     """The windows of two tokens or more of a passage, with the stride of one sentence (3.1):
-    window k is sentence k (cut to the budget) and the sentences after it that fit in budget tokens.
-    """
+    sentence k (cut to the budget) and the sentences after it that fit in budget tokens."""
     passage = [s for s in passage if s]
     windows = []
     for k in range(len(passage)):
@@ -108,16 +100,6 @@ class PalmObjective(Objective):
         self.stage = 1 if self.task == "pretrain" and step < self.stage1_frac * total_steps else 2
 
     # --- examples ---------------------------------------------------------------------------------
-    def _mask_context(self, ctx, rng):
-        """BERT masking of mask_prob of the context tokens (80/10/10) -> (input ids, labels)."""
-        n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
-        inputs = list(ctx)
-        labels = [-100] * len(ctx)
-        for i in rng.sample(range(len(ctx)), n_mask):
-            labels[i] = ctx[i]
-            inputs[i] = corrupt(ctx[i], self.tok, rng)
-        return inputs, labels
-
     def pretrain_example(self, passage, rng):
         """A passage -> Example of one window (the continuation in stage 2 only), or None."""
         budget = self.max_len - 3                  # [SOS] ctx [EOS] [SOS] y: positions 0 .. n + 2
@@ -132,7 +114,9 @@ class PalmObjective(Objective):
         window = windows[rng.randrange(len(windows))]
         # 80% context, 20% continuation (2.2)
         ctx, cont = split_passage(window, self.context_frac, self.boundary_slack)
-        inputs, labels = self._mask_context(ctx, rng)
+        # BERT's MLM on mask_prob of the context tokens (2.1)
+        n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
+        inputs, labels = cloze(ctx, rng.sample(range(len(ctx)), n_mask), self.tok, rng)
         # stage 1 trains the encoder alone: the continuation would be compute for nothing
         return self._example(inputs, labels, cont if self.stage == 2 else None)
 
@@ -181,8 +165,7 @@ class PalmObjective(Objective):
 
     def copyable(self, ids, real):
         """Copy support (B, S): real context tokens that are not special ([MASK], [UNK], ...)."""
-        # one comparison per special id, not torch.isin against a tensor made here: that host-to-
-        # device copy waits for the GPU at every decoding step, and a CUDA graph cannot hold it
+        # one comparison per special id: torch.isin's host-to-device copy would wait for the GPU
         special = torch.zeros_like(real)
         for i in self.special_ids:
             special |= ids == i
@@ -255,8 +238,7 @@ class PalmObjective(Objective):
         return model.copy_head
 
     def pointer_outputs(self, model, batch):
-        """For notebooks: log P (B, T, V), lambda (B, T), alpha (B, T, S) at the continuation
-        rows."""
+        """For notebooks: log P (B, T, V), lambda (B, T), alpha (B, T, S) of the continuation."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         S = batch.extras["source_width"]
         s = h[:, S:]

@@ -10,13 +10,10 @@ prediction sees its answer.
 2. Blockwise masking (Algorithm 1): blocks of 1 token (60%) or 2..6 tokens (40%) at uniform starts,
    kept if none of their tokens is masked yet, until >= 15% of the text is masked; a block lies
    inside S1 or S2. The blocks in sampled order are the factorization order M_1..M_|M|.
-3. Corruption (4.1): a masked slot becomes [M] 80%, a random token 10%, stays itself 10%.
-4. Pseudo masking (3.2, Figure 4): each block's originals, then one [P] per token, appended.
-5. Mask (3.2, Figure 5; masks.pseudo_masked).
-6. Loss (Eq. 7): L = L_AE + L_PAR, each a mean over its predictions, from ONE forward pass.
-A slot that keeps its token (the 10%) leaves the PAR factorization: it would show the [P]s their
-answer. `model_defaults` turns on the relative position bias (4.1). Fine-tuning (3.4, s2s-ft):
-[SOS] src [EOS] | y_1 .. y_T [EOS] | one [P] per target token at its position, loss on the [P]s.
+3. Corruption (4.1): 80/10/10. 4. Each block's originals and [P]s appended (3.2, Figure 4).
+5. Mask: masks.pseudo_masked (3.2, Figure 5). 6. Loss: L = L_AE + L_PAR (Eq. 7).
+A slot that keeps its token (the 10%) leaves the PAR factorization: it would show its answer.
+Fine-tuning (3.4): [SOS] src [EOS] | y_1 .. y_T [EOS] | one [P] per target token.
 Left out: whole-word masking, the NLU heads. The pre-training code was never released: the S1/S2
 cut, the length budgets and the kept-slot rule are ours.
 """
@@ -39,7 +36,7 @@ def pack_segments(s1, s2, sos, eos):
 # --- Algorithm 1: blockwise masking ---------------------------------------------------------------
 def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
     """Masked positions as blocks in factorization order M_1..M_|M| (Algorithm 1), or None if it
-    fails. runs: the maskable stretches [start, end); a block lies inside one of them."""
+    fails; a block lies inside one of the maskable runs [start, end)."""
     positions = [p for s, e in runs for p in range(s, e)]
     if not positions:
         return None
@@ -64,11 +61,9 @@ def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
 
 # --- 3.2, Figure 4: the pseudo-masked input -------------------------------------------------------
 def pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, pseudo_id):
-    """Append, for each block of par_blocks (lists of positions, L_PAR's factorization order), its
-    originals and its [P]s at the position and segment of their token (Figure 4) -> Example.
-
-    context: tokens after corruption ([M] slots); ae_positions: the slots L_AE predicts.
-    """
+    """The context (tokens after corruption), then for each block of par_blocks (L_PAR's order)
+    its originals and its [P]s at the position and segment of their token (Figure 4) -> Example;
+    L_AE predicts the ae_positions."""
     n = len(tokens)
     out = Example(input_ids=list(context), position_ids=list(range(n)), segment_ids=list(segments),
                   labels=[-100] * n, kind=[CTX] * n, step=[0] * n)
@@ -127,10 +122,8 @@ class PMLMObjective(Objective):
 
     # --- lengths: positions are reused, so only the ORIGINAL length must fit max_len --------------
     def _text_budget(self):
-        """Most text tokens a passage may keep: 3 specials + n <= max_len, and, with max_seq_len,
-        the worst case n + 3 + 2 * (ceil(mask_prob * n) + max_block - 1) appended tokens
-        <= max_seq_len (Algorithm 1 stops at the goal, so it overshoots by at most one block minus
-        one token)."""
+        """Most text tokens a passage may keep: 3 specials + n <= max_len and, with max_seq_len,
+        the worst case of Algorithm 1 (one block past its goal) fits it."""
         n = self.max_len - 3
         while self.max_seq_len and n > 0:
             worst_case = n + 3 + 2 * min(n, math.ceil(self.mask_prob * n) + self.max_block - 1)
@@ -158,8 +151,7 @@ class PMLMObjective(Objective):
         return kept
 
     def _fit_seq2seq(self, src, tgt):
-        """Source [SOS] src [EOS] + target tgt [EOS]: S + T <= max_len (positions),
-        S + 2T <= max_seq_len."""
+        """[SOS] src [EOS] + tgt [EOS]: S + T <= max_len (positions), S + 2T <= max_seq_len."""
         total = self.max_seq_len or float("inf")
         # target tokens without [EOS]
         t_max = int(min(self.max_len - 2, (total - 2) // 2)) - 1
@@ -205,8 +197,7 @@ class PMLMObjective(Objective):
         return self.mask_blocks(tokens, segments, blocks, rng)
 
     def mask_blocks(self, tokens, segments, blocks, rng):
-        """Corrupt the masked slots (4.1) and append the blocks (Figure 4): blocks in factorization
-        order."""
+        """Corrupt the masked slots (4.1), append the blocks in factorization order (Figure 4)."""
         context, kept = self._corrupt(tokens, blocks, rng)
         # a kept slot shows its own token to every [P]: it becomes PAR context (docs/objectives.md)
         par_blocks = [b for b in ([p for p in blk if p not in kept] for blk in blocks) if b]
@@ -238,8 +229,7 @@ class PMLMObjective(Objective):
 
     # --- Eq. 7 ------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):
-        """L = L_AE (at the masked context slots) + L_PAR (at the [P]s), from ONE forward pass
-        (Eq. 7)."""
+        """L = L_AE (masked context slots) + L_PAR (the [P]s), from ONE forward pass (Eq. 7)."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
         if self.task == "pretrain" and not self.par:
             loss_ae, acc_ae = lm_loss(model, h, batch.labels, self.label_smoothing,

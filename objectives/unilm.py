@@ -2,21 +2,15 @@
 the mask. docs/objectives.md ("UniLM") gives the rates, the cuts and where we differ from the
 official code.
 
-Pre-training (2.3, 2.4): each BATCH draws one LM, bidirectional 1/3, seq2seq 1/3, left-to-right 1/6,
-right-to-left 1/6 (options `weight_*`; `lm_type` forces one), on
-    bidirectional, seq2seq   [SOS] S1 [EOS] S2 [EOS]   S1 | S2 cut at a random sentence boundary
-    left/right-to-left       [SOS] x [EOS]             the passage as ONE text segment (2.1)
-with segment ids as LM identifiers (2.1; official ids 0/1, 2, 3, 4/5). Cloze (2.4): 15% of the
-non-special tokens, in spans (80% one token, 20% a bigram or trigram), 80/10/10. NSP (2.3) for the
-bidirectional LM: S2 replaced, with probability 1/2, by a sentence suffix of another passage of the
-batch. Loss = masked-token cross-entropy + NSP.
-Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS], segments 4/5; round(0.7 x len(tgt)) positions among
-the target tokens and the final [EOS] are masked (80/10/10) and predicted; the source never.
+Pre-training (2.3, 2.4): each BATCH draws one LM (bidirectional 1/3, seq2seq 1/3, left-to-right
+1/6, right-to-left 1/6) on [SOS] S1 [EOS] S2 [EOS] (the one-way LMs: [SOS] x [EOS]), segment ids
+as LM identifiers (2.1); cloze (2.4) on 15% of the tokens, in spans, 80/10/10; NSP (2.3) for the
+bidirectional LM. Fine-tuning (2.5): [SOS] src [EOS] tgt [EOS], 70% of the target masked.
 Left out: whole-word masking, the NLU fine-tuning heads, the official label smoothing's eps/(V-2).
 """
 import torch.nn.functional as F
 
-from objectives import Example, Objective, corrupt, cut_segments, lm_loss, option, warn_once
+from objectives import Example, Objective, cloze, cut_segments, lm_loss, option, warn_once
 from objectives.masks import unilm_kinds
 
 LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")
@@ -30,12 +24,9 @@ SEGMENT_IDS = {
 
 
 def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
-    """Cloze positions (2.4): n_pred of the candidates, in spans -> (sorted positions, spans).
-
-    From each not yet chosen start, in random order, a span of 2..max_span tokens with probability
-    span_prob, else one token; a span stops at a non-candidate, a chosen position or the budget
-    (the official code overshoots, then drops at random).
-    """
+    """Cloze positions (2.4): n_pred of the candidates -> (sorted positions, spans). From each
+    start in random order, a span of 2..max_span tokens with probability span_prob, else one token;
+    a span stops at a non-candidate, a chosen position or the budget."""
     allowed = set(candidates)
     order = list(candidates)
     rng.shuffle(order)
@@ -103,30 +94,21 @@ class UniLMObjective(Objective):
         n_pred = max(1, round(n * p))
         return min(n_pred, self.max_pred) if self.max_pred > 0 else n_pred
 
-    def _cloze(self, tokens, candidates, n_pred, rng, span_prob):
-        """Mask n_pred of the candidate positions (80/10/10, 2.4) -> (corrupted tokens, labels)."""
-        positions, _ = choose_positions(candidates, n_pred, rng, span_prob, self.max_span)
-        inputs = list(tokens)
-        labels = [-100] * len(tokens)
-        for p in positions:
-            labels[p] = tokens[p]
-            inputs[p] = corrupt(tokens[p], self.tok, rng)
-        return inputs, labels
-
     def _example(self, tokens, n_src, lm, labels_from, rng, span_prob, nsp_label=None):
         """[SOS] ... [EOS] tokens -> Example: the LM's segment ids, kinds and steps, the cloze."""
         first, second = SEGMENT_IDS[lm]
         segments = [first] * n_src + [second] * (len(tokens) - n_src)
         candidates, n_pred = labels_from
-        inputs, labels = self._cloze(tokens, candidates, n_pred, rng, span_prob)
+        # the cloze (2.4): n_pred of the candidates, 80/10/10
+        positions, _ = choose_positions(candidates, n_pred, rng, span_prob, self.max_span)
+        inputs, labels = cloze(tokens, positions, self.tok, rng)
         kind, step = unilm_kinds(lm, len(tokens), n_src)
         extras = {} if nsp_label is None else {"nsp_labels": nsp_label}
         return Example(inputs, list(range(len(tokens))), segments, labels, kind, step, extras)
 
     # --- pre-training: one passage -> one LM's example --------------------------------------------
     def _pair(self, s1, s2):
-        """Fit [SOS] S1 [EOS] S2 [EOS] into max_len: the longer segment gives way (BERT's
-        truncate_seq_pair)."""
+        """Fit [SOS] S1 [EOS] S2 [EOS] in max_len: the longer segment gives way (as BERT's)."""
         budget = self.max_len - 3
         if len(s1) + len(s2) > budget:
             warn_once(f"unilm: a segment pair is longer than max_len={self.max_len}; truncated")
@@ -147,8 +129,8 @@ class UniLMObjective(Objective):
         return passage
 
     def pretrain_example(self, passage, rng, lm="bidirectional", other=None):
-        """One usable passage -> Example for the LM drawn for the batch; other: a passage for NSP
-        negatives."""
+        """One usable passage -> Example of the batch's LM; other: a passage for NSP negatives."""
+        nsp_label = None
         if lm in ("left_to_right", "right_to_left"):
             text = [t for s in passage for t in s]
             if len(text) > self.max_len - 2:
@@ -156,10 +138,8 @@ class UniLMObjective(Objective):
                 text = text[:self.max_len - 2]
             tokens = [self.tok.sos_id] + text + [self.tok.eos_id]
             n_src = len(tokens)
-            nsp_label = None
         else:
             s1, s2 = cut_segments(passage, rng)
-            nsp_label = None
             if lm == "bidirectional" and self.nsp:
                 # NSP (2.3, after BERT): 0 = S2 follows S1, 1 = a suffix of another passage
                 nsp_label = 0
