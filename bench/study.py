@@ -49,7 +49,10 @@ the issue's measurements (one H100, one process, batch 64: a pre-trained cell 8-
              each at full speed); if they get ~3x of one process's throughput per GPU: 268 / 4 / 3
              ~ 22 minutes, plus ~1 minute of shared caches on the first call
 The first call measures it: the scheduler prints each job's minutes and, at the end, how many jobs ran
-at once on average; --per_gpu, --pre_batch, --compile and --workers are the knobs.
+at once on average; --per_gpu, --pre_batch, --compile and --workers are the knobs. Measured since: 2 jobs
+per GPU get as much done as 4; and until the seventh session train.py compiled its blocks once per count
+of rows, which ERNIE-GEN's pre-training changes every batch (5.0 steps/s against 21.4 now, one process on
+an H100: bench/study_speed_gpu.sh, bench/RESULTS.md); the study has not run since that fix.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
