@@ -1,17 +1,7 @@
-"""What every script shares: the one line reader, atomic writes, the device picker and torchrun's
-process group, checkpoint files and the log beside them, and the one way a user's mistake is
-reported.
-
-    lines = read_lines("test.src")            # '\n' only, one trailing '\r' stripped, UTF-8 checked
-    atomic_write("vocab.txt", text)           # temp file + rename: a crash never leaves half a file
-    device = pick_device("auto")              # cuda if there is one, else cpu
-    dist_ = setup_distributed("auto")         # under torchrun: this process's rank, world, device
-    save_checkpoint("out/ckpt.pt", state)     # tensors and plain Python values only ...
-    state = read_checkpoint("out/ckpt.pt")    # ... read back with torch.load(weights_only=True)
-    log = open_log("out/metrics.jsonl", keep_until=state["step"])   # a resumed run's log
-
-A user's mistake (a bad flag, a missing or malformed file) raises UsageError; the command lines
-catch it and print one line, `script.py: error: ...`, and exit with status 2. Anything else is a
+"""What every script shares: the one line reader (read_lines), atomic writes, the device picker
+and torchrun's process group, checkpoint files (data, never programs: read_checkpoint) and the
+metrics log beside them, and the one way a user's mistake is reported: a UsageError, which the
+command lines print as one line, `script.py: error: ...`, with exit status 2. Anything else is a
 bug and keeps its traceback.
 """
 import json
@@ -23,8 +13,7 @@ from pathlib import Path
 
 
 class UsageError(Exception):
-    """A mistake the user can fix (a bad setting, a missing file): reported in one line, exit
-    status 2."""
+    """A mistake the user can fix (a bad setting, a missing file): one line, exit status 2."""
 
 
 class DataError(UsageError, ValueError):
@@ -63,13 +52,9 @@ def read_text(path):
 
 
 def split_lines(text):
-    """The project's one line rule: split on '\\n' only and strip ONE trailing '\\r'
-    (Windows files).
-
-    str.splitlines() would also split on \\r, \\x0b, \\x0c, \\x1c-\\x1e, \\x85, U+2028 and U+2029: a
-    stray one inside a line would shift every later line and silently misalign parallel files. A
-    final newline does not make an extra empty line.
-    """
+    """The project's one line rule: split on '\\n' only, strip ONE trailing '\\r' (Windows), no
+    empty line after a final newline. str.splitlines() would also split on \\r, \\x0b, \\x85,
+    U+2028, ...: a stray one would shift every later line and misalign parallel files."""
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -83,11 +68,8 @@ def read_lines(path):
 
 
 def atomic_write(path, content):
-    """Write str/bytes, or call content(file) on a binary file, through a temp file and os.replace.
-
-    A crash (or Ctrl-C) mid-write leaves the old file, never half a new one; the temp file is
-    removed.
-    """
+    """Write str/bytes, or call content(file) on a binary file, through a temp file and os.replace:
+    a crash (or Ctrl-C) mid-write leaves the old file, never half a new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -197,23 +179,16 @@ NOT_A_CHECKPOINT = ("not a unigen checkpoint (torch.load cannot read it: another
 
 
 def save_checkpoint(path, state):
-    """torch.save through a temp file: a crash mid-write keeps the last good checkpoint.
-
-    state must hold only tensors and plain Python values (dict, list, tuple, str, int, float, bool,
-    None): read_checkpoint loads with weights_only=True and refuses anything else.
-    """
+    """torch.save through a temp file (a crash mid-write keeps the last good checkpoint). state
+    holds only tensors and plain Python values: read_checkpoint refuses anything else."""
     import torch
     atomic_write(path, lambda f: torch.save(state, f))
 
 
 def read_checkpoint(path, device="cpu"):
-    """A train.py checkpoint -> its dict, loaded with torch.load(weights_only=True).
-
-    A missing, truncated or foreign file ("not a unigen checkpoint"), and a file holding anything
-    but tensors and plain values (a pickle that could run code), is a UsageError naming the file.
-    The dict holds "model" (state_dict), "model_config", "vocab" (list of tokens), "lowercase",
-    "objective", "objective_options", "task", and train.py's resume state.
-    """
+    """A train.py checkpoint -> its dict ("model", "model_config", "vocab", "lowercase",
+    "objective", "objective_options", "task", the resume state), by torch.load(weights_only=True).
+    A missing, foreign or truncated file, or a pickle that could run code, is a UsageError."""
     import pickle
     import warnings
     import torch
@@ -225,8 +200,7 @@ def read_checkpoint(path, device="cpu"):
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
-        # torch names the class or function it refused to build
-        # ("Unsupported global: GLOBAL os.system")
+        # torch names what it refused to build ("Unsupported global: GLOBAL os.system")
         if "GLOBAL" in str(e):
             raise UsageError(f"{path}: refused: the file holds Python objects, not only tensors "
                              "and plain values (unigen loads checkpoints as data and never runs "
