@@ -76,16 +76,14 @@ SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_posit
               "rel_pos_buckets", "rel_pos_max_distance")
 # the sequence budget of the tiny preset's pre-training: a laptop's
 TINY_SEQ_LEN = 128
-# special tokens around a pre-training passage ([SOS] S1 [EOS] S2 [EOS]): seq_len minus these is
-# the passage budget (data.make_passages)
+# [SOS] S1 [EOS] S2 [EOS]: seq_len minus these is a passage's budget (data.make_passages)
 PASSAGE_SPECIALS = 3
 # the tiny preset's recipe, measured for a laptop (bench/recipe_sweep.py): a fresh run of a tiny
 # model (or its fine-tuning) takes these values for the settings no flag gives
 RECIPES = {"tiny": dict(vocab_size=4096, lr=1e-3, batch_size=16, max_steps=2200)}
 
 
-# --------------------------------------------------------------------------------------------------
-# Flags -> values
+# --- Flags -> values ------------------------------------------------------------------------------
 
 
 def parse_value(text, default, key):
@@ -130,8 +128,7 @@ def model_fields():
 
 
 def parse_args(argv):
-    """-> (TrainConfig, model flags, objective flags, the keys given); unknown keys list the known
-    ones."""
+    """-> (TrainConfig, model flags, objective flags, the keys given); an unknown key: an error."""
     raw = split_argv(argv)
     name = raw.get("objective") or TrainConfig.objective
     if name not in OBJECTIVES:
@@ -156,8 +153,7 @@ def parse_args(argv):
 
 
 def check_settings(cfg):
-    """Every value in range, before anything is read or written: one clear error, never a hang or a
-    crash."""
+    """Every value in range, before anything is read or written: one clear error, never a crash."""
     at_least_one = ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
                     "ckpt_interval")
     for key in at_least_one:
@@ -189,8 +185,7 @@ def check_settings(cfg):
                          "checkpoint: pick one")
 
 
-# --------------------------------------------------------------------------------------------------
-# The settings no flag gave
+# --- The settings no flag gave --------------------------------------------------------------------
 
 
 def model_settings(cfg, model_flags, ckpt=None):
@@ -257,8 +252,7 @@ def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
     return TrainConfig(**merged), dict(ckpt["objective_options"])
 
 
-# --------------------------------------------------------------------------------------------------
-# A checkpoint's settings: the run to resume, the model to fine-tune
+# --- A checkpoint's settings: the run to resume, the model to fine-tune ---------------------------
 
 
 def out_dir_of(cfg):
@@ -266,8 +260,7 @@ def out_dir_of(cfg):
 
 
 def start_point(cfg, model_flags, obj_flags, given, world=1):
-    """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or
-    fine-tuning run (world: the processes of this one)."""
+    """-> (checkpoint or None, settings, objective options): a fresh, resumed or fine-tuning run."""
     out_dir = out_dir_of(cfg)
     if cfg.resume:
         path = out_dir / "ckpt.pt"
@@ -287,8 +280,7 @@ def start_point(cfg, model_flags, obj_flags, given, world=1):
     if ckpt and "preset" in given and cfg.preset != theirs:
         raise UsageError(f"--preset {cfg.preset} with --init_from: the checkpoint fixes the "
                          f"model's shape (it is a {theirs} model); drop --preset")
-    # the checkpoint's vocabulary: its size, or the --vocab_size it was trained with (a small corpus
-    # may give fewer pieces than asked for)
+    # its vocabulary's size, or the --vocab_size it was trained with (a small corpus gives fewer)
     its_sizes = (len(ckpt["vocab"]), ckpt.get("train_config", {}).get("vocab_size")) if ckpt else ()
     if ckpt and "vocab_size" in given and cfg.vocab_size not in its_sizes:
         raise UsageError(f"--vocab_size {cfg.vocab_size} with --init_from: the checkpoint's "
@@ -325,8 +317,7 @@ def check_compatible(ckpt, model_cfg, tok, path):
         raise UsageError(f"{path} does not fit this model: " + "; ".join(diffs))
 
 
-# --------------------------------------------------------------------------------------------------
-# The commands a run prints at its end
+# --- The commands a run prints at its end ---------------------------------------------------------
 
 
 def resume_command(cfg, world):
@@ -351,14 +342,12 @@ def next_command(cfg):
             f"--output {out_dir_of(cfg) / (split + '.hyp')} --beam 5")
 
 
-# --------------------------------------------------------------------------------------------------
-# --help
+# --- --help ---------------------------------------------------------------------------------------
 
 
 def help_text(argv, intro=""):
-    """Every setting with the value THIS run would use (the preset's recipe and model shape, what
-    the objective needs, the flags given) and its one-line description:
-    python train.py [--objective X] [--preset P] [any flag] --help."""
+    """Every setting, the value THIS run would use (recipe, model shape, objective's needs, flags)
+    and its one-line description: python train.py [--objective X] [any flag] --help."""
     cfg, model_flags, obj_flags, given = parse_args(argv)
     check_settings(cfg)
     model_dict = model_settings(cfg, model_flags)

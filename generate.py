@@ -374,8 +374,7 @@ def generate_text(model, tokenizer, objective, texts, **kwargs):
 
 @torch.no_grad()
 def show_summary(model, objective, example, n_tokens=48):
-    """What a fine-tuning run prints at each evaluation (train.py): a held-out source, the model's
-    greedy output and the reference."""
+    """What a fine-tuning run prints at each evaluation: a source, the greedy output, the answer."""
     tok = objective.tok
     # eagerly: capturing a CUDA graph for one short sample mid-training costs more than it saves
     hyp = generate(model, objective, [example[0]], beam_size=1, max_len=32,
@@ -386,9 +385,8 @@ def show_summary(model, objective, example, n_tokens=48):
 
 @torch.no_grad()
 def score_targets(model, objective, sources, targets, use_cache=True, cuda_graph=None):
-    """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each target
-    as given (add the final [EOS] to score it). Tests compare these with the fine-tuning batch's:
-    a layout mismatch between training and decoding shows up here."""
+    """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each target as
+    given (add [EOS] to score it); tests hold it to the fine-tuning batch's (the same layout)."""
     forced = pad(targets, objective.tok.eos_id)                                # (N, T)
     dec = Decoder(model, objective, sources, forced.size(1), use_cache, cuda_graph)
     forced = forced.to(dec.src_ids.device)
@@ -436,11 +434,8 @@ def read_sources(path):
         return lines
     out = []
     for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            out.append("")
-            continue
         try:
-            src = json.loads(line)["src"]
+            src = json.loads(line)["src"] if line.strip() else ""
         except (json.JSONDecodeError, KeyError, TypeError):
             src = None
         if not isinstance(src, str):
@@ -489,8 +484,7 @@ def check_args(args):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--input", required=True,
-                   help="one source a line, or .jsonl with a \"src\" field")
+    p.add_argument("--input", required=True, help="one source a line, or .jsonl with a \"src\"")
     p.add_argument("--output", required=True)
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--length_penalty", type=float, default=1.0)
@@ -498,14 +492,11 @@ def parse_args(argv=None):
     p.add_argument("--max_len", type=int, default=64)
     p.add_argument("--no_repeat_ngram", type=int, default=3, help="0 = off")
     p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--n_best", type=int, default=1,
-                   help="> 1 writes a JSON list of {text, score} a line")
+    p.add_argument("--n_best", type=int, default=1, help="> 1: a JSON list of {text, score} a line")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--no_cache", action="store_true",
-                   help="recompute every token at every step (the reference)")
+    p.add_argument("--no_cache", action="store_true", help="recompute every token, every step")
     p.add_argument("--no_cuda_graph", action="store_true",
-                   help="decode with the readable KV cache on a GPU too (by default every step "
-                        "is replayed as a CUDA graph there)")
+                   help="on a GPU too, the readable KV cache and search (not the CUDA graph)")
     return p.parse_args(argv)
 
 

@@ -96,8 +96,7 @@ def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))            # (B, H, Lq, Lk)
     if bias is not None:
         scores = scores + bias
-    # -inf makes a forbidden key's weight exactly 0, so its gradient is exactly 0 too
-    # (the leakage tests rely on it)
+    # -inf: a forbidden key's weight, and so its gradient, is exactly 0 (the leakage tests' rule)
     scores = scores.masked_fill(~mask[:, None], float("-inf"))
     weights = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return weights @ v                                                  # (B, H, Lq, D)
@@ -154,8 +153,8 @@ class RelativePositionBias(nn.Module):
         return self.distance_bucket[rel + self.offset]
 
     def lookup(self, buckets):
-        """self.table(buckets) -> (B, H, Lq, Lk), by index_select: a faster backward (docs/model.md,
-        'The relative position bias')."""
+        """self.table(buckets) -> (B, H, Lq, Lk) by index_select: a faster backward
+        (docs/model.md, 'The relative position bias')."""
         rows = self.table.weight.index_select(0, buckets.flatten())    # (B * Lq * Lk, H)
         bias = rows.view(*buckets.shape, -1)                            # (B, Lq, Lk, H)
         return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
@@ -268,10 +267,8 @@ class PointerGenerator(nn.Module):
       P^c(y)  = sum_{l: x_l = y} alpha_t,l  (scatter-add)     (Eq. 6: repeated tokens add up)
       P(y)    = lambda P^v(y) + (1 - lambda) P^c(y)            (Eq. 7)
       lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 8: the share GENERATED)
-    P^v is the MLM head (BERT's transform, then the tied embedding), where Eq. 2 has one affine map.
-    forward -> (log P (B, T, V), lambda (B, T), alpha (B, T, S)); training calls `attend` and
-    `mix(..., target=y)`. docs/model.md ("PALM's pointer-generator") says why fp32 and log space,
-    what `chunk` saves, and what is left out (the extended vocabulary).
+    Training calls `attend` and `mix(..., target=y)`. docs/model.md, "PALM's pointer-generator":
+    our P^v (the MLM head), why fp32 and log space, what `chunk` saves, what is left out.
     """
 
     @staticmethod
@@ -362,8 +359,7 @@ class Transformer(nn.Module):
                                                  cfg.n_head, cfg.max_position)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        # LM head: BERT's transform (dense, GELU, LN), the token embedding transposed, a bias
-        # (PALM's Eq. 2: P^v = softmax(W^e (W^v s_t + b^v)), W^e tied to the embedding)
+        # LM head: BERT's transform (dense, GELU, LN), the tied embedding, a bias (PALM's Eq. 2)
         self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(),
                                           nn.LayerNorm(d, eps=cfg.layer_norm_eps))
         self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
@@ -448,9 +444,8 @@ class Transformer(nn.Module):
                 f"parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings)")
 
     def estimate_flops(self, seq_len, pred_frac=1.0):
-        """Training FLOPs per token (forward + backward) at sequence length seq_len:
-        6 N + 12 n_layer d seq_len + 6 d V pred_frac (Kaplan et al. 2020, the PaLM paper; the tied
-        head runs at the predicted rows only; docs/model.md derives it)."""
+        """Training FLOPs per token at sequence length seq_len: 6 N + 12 n_layer d seq_len + 6 d V
+        pred_frac (Kaplan et al. 2020, the PaLM paper; docs/model.md derives it)."""
         cfg = self.config
         # the LM bias is not a matmul
         n_body = self.num_params() - cfg.vocab_size

@@ -6,9 +6,8 @@
     python train.py --task seq2seq --init_from out/pmlm-pretrain/ckpt.pt  # fine-tune: docsum
     python train.py --resume --out_dir out/pmlm-pretrain                  # continue exactly
 
-Every setting is a `--key value` flag (config.py): the training settings (config.TrainConfig), any
-model.ModelConfig field (`--n_layer 4 --attn_impl naive`), and the chosen objective's options
-(declared in its class, e.g. objectives/pmlm.py). A mistake is one line, exit status 2.
+Every setting is a `--key value` flag (config.py): TrainConfig's, ModelConfig's (`--n_layer 4`)
+and the objective's options (e.g. objectives/pmlm.py). A mistake is one line, exit status 2.
 
 The run reads top to bottom in numbered phases, which main (at the end) calls in turn:
 1. settings (config.py), 2. distributed set-up, 3. start point (fresh, --resume, --init_from),
@@ -52,8 +51,7 @@ from utils import (Dist, UsageError, check_replicas_agree, exit_with_error, mast
 # 3. Start point: config.start_point (a fresh run, a run to resume, or a checkpoint to fine-tune)
 
 
-# --------------------------------------------------------------------------------------------------
-# 4. Data
+# --- 4. Data --------------------------------------------------------------------------------------
 
 
 def load_data(cfg, obj_opts, tok, show):
@@ -78,13 +76,11 @@ def load_data(cfg, obj_opts, tok, show):
     return tok, splits, obj_opts, info
 
 
-# --------------------------------------------------------------------------------------------------
-# 5. Model
+# --- 5. Model -------------------------------------------------------------------------------------
 
 
 def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
-    """-> (model on its device, objective); a checkpoint's weights loaded (strictly when
-    resuming: fine-tuning may add a head the pre-trained model did not have)."""
+    """-> (model on its device, objective), a checkpoint's weights loaded (strictly on --resume)."""
     try:
         model_cfg = M.ModelConfig.from_dict({**model_dict, "vocab_size": len(tok)})
         objective = get_objective(cfg.objective, tok, task=cfg.task, max_len=model_cfg.max_position,
@@ -133,8 +129,7 @@ def packing(cfg, model, device):
     return functools.partial(fast.plan_packing, key_cost=key_cost)
 
 
-# --------------------------------------------------------------------------------------------------
-# 6. Optimizer and schedule
+# --- 6. Optimizer and schedule --------------------------------------------------------------------
 
 
 def make_optimizer(model, cfg, device):
@@ -176,8 +171,7 @@ class LossModule(torch.nn.Module):
         return loss + 0.0 * sum(p.sum() for p in self.heads), metrics
 
 
-# --------------------------------------------------------------------------------------------------
-# 7. The loop. Its state lives in one Run; the steps below are plain functions of it.
+# --- 7. The loop. Its state lives in one Run; the steps below are plain functions of it. ----------
 
 
 @dataclass
@@ -340,8 +334,7 @@ def evaluate(model, objective, examples, cfg, device, autocast):
 
 
 def evaluate_step(run, autocast):
-    """The held-out metrics (one line, to metrics.jsonl) and what the model predicts on one fixed
-    held-out example: printed with or without progress bars."""
+    """The held-out metrics (to metrics.jsonl) and the model's output on one held-out example."""
     if run.dist.master and run.splits["valid"]:
         metrics = evaluate(run.model, run.objective, run.splits["valid"], run.cfg, run.dist.device,
                            autocast)
@@ -359,8 +352,7 @@ def evaluate_step(run, autocast):
 
 
 def checkpoint(run):
-    """Rank 0 writes atomically (utils.save_checkpoint). The data position, per rank, is recorded
-    for readers: --resume needs only the step (StepBatches)."""
+    """Rank 0 writes atomically; the data position is kept for readers (--resume needs the step)."""
     cfg = run.cfg
     states = [run.loader.dataset.position(run.step)] * run.dist.world
     if run.dist.master:
@@ -393,8 +385,7 @@ def loop(run, autocast):
             checkpoint(run)
 
 
-# --------------------------------------------------------------------------------------------------
-# 8. The end
+# --- 8. The end -----------------------------------------------------------------------------------
 
 # Ctrl-C (SIGINT) and SIGTERM ask the loop to stop at the next log step, after a checkpoint; a
 # second one stops at once (the last checkpoint is kept: they are written atomically).
@@ -426,8 +417,7 @@ def finish(run):
         print(f"next: {next_command(run.cfg)}")
 
 
-# --------------------------------------------------------------------------------------------------
-# The run, phase by phase
+# --- The run, phase by phase ----------------------------------------------------------------------
 
 
 def main(argv):

@@ -6,6 +6,7 @@ bug and keeps its traceback.
 """
 import json
 import os
+import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,19 +27,16 @@ def exit_with_error(prog, error):
     raise SystemExit(2)
 
 
-# --------------------------------------------------------------------------------------------------
-# Files
+# --- Files ----------------------------------------------------------------------------------------
 
 
 def read_text(path):
-    """A file's UTF-8 text (a BOM dropped), with clear errors for a missing path, a folder, bytes
-    not UTF-8."""
+    """A file's UTF-8 text (BOM dropped); clear errors for a missing path, a folder, not UTF-8."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
     data = path.read_bytes()
-    # UTF-16 text and most binary formats are full of NUL bytes,
-    # which UTF-8 text has none or a stray few of
+    # UTF-16 and most binary formats are full of NUL bytes; UTF-8 text has none or a stray few
     head = data[:65536]
     if head.count(0) > 0.3 * len(head):
         raise DataError(f"{path}: looks like a binary (or UTF-16) file, not UTF-8 text")
@@ -62,8 +60,7 @@ def split_lines(text):
 
 
 def read_lines(path):
-    """The lines of a UTF-8 text file by split_lines: what data.py, generate.py and evaluate.py
-    all read."""
+    """A UTF-8 text file's lines by split_lines: what data.py, generate.py and evaluate.py read."""
     return split_lines(read_text(path))
 
 
@@ -85,28 +82,23 @@ def atomic_write(path, content):
             tmp.unlink()
 
 
-# --------------------------------------------------------------------------------------------------
-# Devices and processes
+# --- Devices and processes ------------------------------------------------------------------------
 
 
 def pick_device(name="auto"):
-    """"auto" -> cuda when a GPU is visible, else cpu; "cpu", "cuda", "cuda:N" checked against
-    this machine."""
+    """auto: cuda when a GPU is visible, else cpu; cpu, cuda, cuda:N are checked on this machine."""
     import torch
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if not re.fullmatch(r"(cpu|cuda)(:\d+)?", name):
+        raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
+    device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"--device {name}: this machine has no CUDA device (use --device cpu)")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise UsageError(f"--device {name}: only {torch.cuda.device_count()} "
                              "CUDA device(s) here")
-    elif device.type != "cpu":
-        raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
     return device
 
 
@@ -144,8 +136,7 @@ def setup_distributed(device_name="auto"):
 
 @contextmanager
 def master_first(dist_):
-    """Rank 0 runs the block first (it builds the caches), the other ranks after it (they read
-    them)."""
+    """Rank 0 runs the block first (it builds the caches), then the other ranks (they read them)."""
     import torch.distributed as dist
     if dist_.ddp and not dist_.master:
         dist.barrier()
@@ -170,8 +161,7 @@ def check_replicas_agree(model, dist_):
             raise SystemExit("DDP replicas diverged")
 
 
-# --------------------------------------------------------------------------------------------------
-# Checkpoints: data, never programs
+# --- Checkpoints: data, never programs ------------------------------------------------------------
 
 CHECKPOINT_KEYS = ("model", "model_config", "vocab", "objective")
 NOT_A_CHECKPOINT = ("not a unigen checkpoint (torch.load cannot read it: another format, or a "
