@@ -78,8 +78,7 @@ SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_posit
 TINY_SEQ_LEN = 128
 # [SOS] S1 [EOS] S2 [EOS]: seq_len minus these is a passage's budget (data.make_passages)
 PASSAGE_SPECIALS = 3
-# the tiny preset's recipe, measured for a laptop (bench/recipe_sweep.py): a fresh run of a tiny
-# model (or its fine-tuning) takes these values for the settings no flag gives
+# the tiny preset's recipe, measured on a laptop (bench/recipe_sweep.py), where no flag gives one
 RECIPES = {"tiny": dict(vocab_size=4096, lr=1e-3, batch_size=16, max_steps=2200)}
 
 
@@ -244,8 +243,7 @@ def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
         raise UsageError(f"{path}: a resumed run keeps its settings, and these differ: "
                          f"{'; '.join(diffs)}. Safe to change on --resume: "
                          f"{sorted(SAFE_ON_RESUME | SAFE_MODEL_ON_RESUME)}")
-    # safe settings given again win; the ones that only steer one invocation
-    # (a --stop_at of the first run must not stop the second) are this invocation's, given or not
+    # safe settings given again win; those steering one invocation (--stop_at) are always this one's
     merged = {**saved, **{k: getattr(cfg, k) for k in SAFE_ON_RESUME
                           if k in given or k in PER_INVOCATION}}
     # (a checkpoint written before a setting existed gets that setting's default)

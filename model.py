@@ -43,7 +43,7 @@ class ModelConfig:
     n_segment: int = setting(6, "segment embeddings (UniLM's 6 LM identifiers, 2.2)")
     dropout: float = setting(0.1, "dropout on embeddings, attention weights and residual branches")
     rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; UniLMv2 (4.1): 32")
-    rel_pos_max_distance: int = setting(128, "distance from which on the last bucket is shared")
+    rel_pos_max_distance: int = setting(128, "distances beyond this share the last bucket")
     attn_impl: str = setting("sdpa", "attention: naive (written out) | sdpa | flex (CUDA only)")
     copy_head: bool = setting(False, "add PALM's pointer-generator copy head (2.3)")
     layer_norm_eps: float = setting(1e-12, "LayerNorm epsilon (BERT's 1e-12)")
@@ -379,8 +379,7 @@ class Transformer(nn.Module):
     # --- the backbone -----------------------------------------------------------------------------
     def embed(self, input_ids, position_ids, segment_ids):
         """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
-        # a clear error for too long an input where the check is free (on a GPU it would wait for
-        # the GPU; there the embedding's own bounds check stops a bad id)
+        # a clear error where the check is free (a GPU would wait; there the embedding's stops it)
         if not position_ids.is_cuda and position_ids.max() >= self.config.max_position:
             raise ValueError(f"position id {int(position_ids.max())} >= max_position "
                              f"{self.config.max_position}; truncate the input (train.py does) "

@@ -51,8 +51,7 @@ def read_text(path):
 
 def split_lines(text):
     """The project's one line rule: split on '\\n' only, strip ONE trailing '\\r' (Windows), no
-    empty line after a final newline. str.splitlines() would also split on \\r, \\x0b, \\x85,
-    U+2028, ...: a stray one would shift every later line and misalign parallel files."""
+    empty line after a final newline (why not str.splitlines(): docs/how-it-fits-together.md)."""
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
