@@ -171,7 +171,7 @@ class LossModule(torch.nn.Module):
         return loss + 0.0 * sum(p.sum() for p in self.heads), metrics
 
 
-# --- 7. The loop. Its state lives in one Run; the steps below are plain functions of it. ----------
+# --- 7. The loop: its state lives in one Run, the steps below are plain functions of it ----------
 
 
 @dataclass
