@@ -36,8 +36,7 @@ class TrainConfig:
     resume: bool = setting(False, "continue the run in out_dir where it stopped, with its settings")
     overwrite: bool = setting(False, "start afresh in an out_dir holding a checkpoint")
     vocab_size: int = setting(8192, "WordPiece vocabulary size when one is trained")
-    seq_len: int = setting(0, "passage / source budget in tokens; "
-                              "0 = 128 (tiny pre-training) or max_position")
+    seq_len: int = setting(0, "passage/source length; 0 = 128 (tiny pretraining) or max_position")
     batch_size: int = setting(32, "examples per rank and micro-step")
     grad_accum: int = setting(1, "micro-steps per optimizer step")
     max_steps: int = setting(600, "optimizer steps of the whole run (the schedule's length)")

@@ -298,9 +298,7 @@ def decoding_rules(tok, min_len, no_repeat_ngram, ignore_ids, device):
     if ignore_ids is None:
         ignore_ids = [i for i in (tok.token_to_id("."),) if i is not None]
     banned = sorted(tok.special_ids - {tok.eos_id, tok.unk_id})
-    ignore = None
-    if ignore_ids:
-        ignore = torch.tensor(list(ignore_ids), device=device, dtype=torch.long)
+    ignore = torch.tensor(list(ignore_ids), device=device, dtype=torch.long) if ignore_ids else None
     return dict(eos=tok.eos_id, min_len=min_len, no_repeat_ngram=no_repeat_ngram, ignore=ignore,
                 banned=torch.tensor(banned, device=device, dtype=torch.long))
 
