@@ -107,8 +107,10 @@ def use_fast_layer(model, objective, cfg, device):
     if compiled:
         # few distinct lengths, few compilations
         objective.pad_multiple = 64
-    # packed rows (--pack) keep one width: the blocks compile once more, for any count of rows
-    fast.speed_up(model, compile=compiled, dynamic=None if switched_on(cfg.pack, device) else False)
+    # the count of rows changes (packed rows, or examples an objective skips) and so may the
+    # width: the blocks compile once, for any shape (with static shapes the study's ERNIE-GEN
+    # pre-training compiled 23 times in 200 steps, 4x slower: bench/RESULTS.md)
+    fast.speed_up(model, compile=compiled, dynamic=True)
 
 
 def switched_on(setting, device):

@@ -7,10 +7,12 @@ tokens (min_len = max_len = 64), beam 5, trigram blocking. Hugging Face `BartFor
 no_repeat_ngram_size 3, min_new_tokens = max_new_tokens = 64. On CUDA both run with bf16 weights. Each row: one
 warm-up call, then the median of --repeats timed calls (torch.cuda.synchronize around each). Random weights are
 fine: with [EOS] blocked until the last token, the work per call does not depend on what is generated.
-Our rows: "KV cache + CUDA graph + device search" (what generate.py runs on CUDA: the fast layer's fast.StaticStep,
-static shapes, each step replayed as a CUDA graph, and fast.beam_search, the search with no host sync a step; every
-call captures its graph, so that cost is in the time), "KV cache + CUDA graph" (the same step with generate's
-readable beam_search: fast_search=False), "KV cache" (cuda_graph=False: the readable model.KVCache and search, eager),
+Our rows: "KV cache + whole-step CUDA graph" (what generate.py runs on CUDA: the fast layer's fast.StaticStep with
+fast.beam_search, the model step and the search's bookkeeping of a step in ONE CUDA graph, fast/beam.py's WholeStep;
+every call captures its graph, so that cost is in the time), "KV cache + CUDA graph + device search" (the same with
+fast.beam.WHOLE_STEP off: the model step alone in a CUDA graph, the bookkeeping launched kernel by kernel, no host
+sync a step), "KV cache + CUDA graph" (the model step's graph with generate's readable beam_search:
+fast_search=False), "KV cache" (cuda_graph=False: the readable model.KVCache and search, eager),
 "no cache" (recomputation). Without CUDA (--tiny on a CPU) the graph rows are left out (no graph runs there) and
 "KV cache + device search" (fast_search=True on the readable cache) stands in. The model gets fast.speed_up's pieces
 as generate.py's command line gives them (on CUDA: the compiled copy scores).
@@ -19,7 +21,9 @@ Run:  python bench/bench_generate.py                  # on a GPU; prints a markd
       python bench/bench_generate.py --tiny           # a seconds-long CPU smoke run of the same code
       python bench/bench_generate.py --profile --no_nocache --no_bart   # where each decoding step's time goes
 Goals (the issues): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s; the CUDA graph removes the launch
-overhead that dominates the eager cached step; beam 5 >= 3x BART-base (issue 21: the device search's row).
+overhead that dominates the eager cached step; beam 5 >= 3x BART-base (issue 21: the whole-step graph's row).
+--rows picks rows (with --profile: `--rows whole,device --profile` shows where a step goes with and without the
+whole-step graph).
 Left out: quality (random weights), sampling, batch-size sweeps (pass --batch), torch.compile.
 """
 import argparse
@@ -35,6 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fast                                             # noqa: E402
+import fast.beam as FB                                  # noqa: E402
 import generate as G                                    # noqa: E402
 import model as M                                       # noqa: E402
 from objectives import get_objective                    # noqa: E402
@@ -65,15 +70,32 @@ def timed(fn, repeats, device):
     return statistics.median(times), times, out
 
 
-def label(use_cache, cuda_graph, fast_search):
+# the rows: (use_cache, cuda_graph, fast_search, whole_step) by --rows' names
+ROWS = dict(whole=(True, True, True, True), device=(True, True, True, False),
+            graph=(True, True, False, False), cache=(True, False, False, False),
+            cache_device=(True, False, True, False), nocache=(False, False, False, False))
+
+
+def label(use_cache, cuda_graph, fast_search, whole_step=False):
     """A row's name: what ran."""
     if not use_cache:
         return "no cache"
+    if whole_step:
+        return "KV cache + whole-step CUDA graph"
     name = {True: "KV cache + CUDA graph", False: "KV cache"}[cuda_graph]
     return name + " + device search" if fast_search else name
 
 
-def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search):
+def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):
+    # fast.beam_search's switch: the whole step in one graph, or the model step's graph alone
+    FB.WHOLE_STEP = whole_step
+    try:
+        return bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step)
+    finally:
+        FB.WHOLE_STEP = True
+
+
+def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):
     tok = synthetic_tokenizer(args.vocab)
     obj = get_objective(name, tok, task="seq2seq")
     cfg = dict(M.PRESETS[args.preset], vocab_size=args.vocab, dropout=0.0)
@@ -90,11 +112,12 @@ def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search):
                              min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch,
                              cuda_graph=cuda_graph, fast_search=fast_search)
     median, times, out = timed(run, args.repeats, device)
+    what = label(use_cache, cuda_graph, fast_search, whole_step)
     if args.profile:
-        profile_call(run, device, f"{name} ({label(use_cache, cuda_graph, fast_search)})", args.new_tokens)
+        profile_call(run, device, f"{name} ({what})", args.new_tokens)
     lengths = {len(h[0][0]) for h in out}
     assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"
-    return dict(system=f"unigen {name} ({label(use_cache, cuda_graph, fast_search)})", seconds=median, times=times,
+    return dict(system=f"unigen {name} ({what})", seconds=median, times=times,
                 sentences_per_s=args.batch / median, params=sum(p.numel() for p in model.parameters()))
 
 
@@ -152,6 +175,8 @@ def main():
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--device", default="auto")
+    p.add_argument("--rows", default="all", help=f"comma list of {', '.join(ROWS)} (all: every row that runs "
+                   "on this device; the graph rows need CUDA, cache_device stands in for them on a CPU)")
     p.add_argument("--no_bart", action="store_true")
     p.add_argument("--no_nocache", action="store_true", help="skip the (slow) no-cache rows")
     p.add_argument("--profile", action="store_true", help="profile one more call of each row: where a step goes")
@@ -162,18 +187,25 @@ def main():
             "tiny", 1000, 4, 32, 8, 3, 1
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, {dtype}, "
+    gpu = device.type == "cuda"
+    # every row that runs here: the graph rows where CUDA is (the device search on the readable cache stands in
+    # for them on a CPU); the readable cache and search everywhere
+    names = ["whole", "device", "graph"] if gpu else ["cache_device"]
+    names += ["cache"] + ([] if args.no_nocache else ["nocache"])
+    if args.rows != "all":
+        names = args.rows.split(",")
+        unknown = [n for n in names if n not in ROWS]
+        if unknown:
+            p.error(f"--rows: unknown row(s) {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+        if not gpu and {"whole", "device", "graph"} & set(names):
+            p.error("--rows: whole, device and graph need a CUDA device (no CUDA graph runs here)")
+    print(f"device {torch.cuda.get_device_name(device) if gpu else 'cpu'}, {dtype}, "
           f"preset {args.preset}, batch {args.batch}, source {args.src_len}, new tokens {args.new_tokens}, "
           f"beam {args.beam}, repeats {args.repeats}", flush=True)
     rows = []
-    # (use_cache, cuda_graph, fast_search): the graphed static step with and without the device search where CUDA
-    # is (the device search on the readable cache stands in on a CPU); the readable cache and search everywhere
-    gpu = device.type == "cuda"
-    runs = [(True, True, True), (True, True, False)] if gpu else [(True, False, True)]
-    runs += [(True, False, False)] + ([] if args.no_nocache else [(False, False, False)])
     for name in args.objectives.split(","):
-        for use_cache, cuda_graph, fast_search in runs:
-            rows.append(bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search))
+        for row in names:
+            rows.append(bench_ours(args, device, dtype, name, *ROWS[row]))
             print(rows[-1]["system"], f"{rows[-1]['seconds']:.3f} s", flush=True)
     bart = None if args.no_bart else bench_bart(args, device, dtype)
     if bart is None:
@@ -183,21 +215,15 @@ def main():
     ratios = {}
     for name in args.objectives.split(","):
         mine = {r["system"]: r["sentences_per_s"] for r in rows if f" {name} (" in r["system"]}
-        cache = mine[f"unigen {name} (KV cache)"]
-        graph = mine.get(f"unigen {name} ({label(True, True, False)})")         # CUDA only
-        # the device search: on the graphed step (CUDA), on the readable cache (CPU)
-        device_search = label(True, gpu, True)
-        searched = mine[f"unigen {name} ({device_search})"]
-        if graph:
-            ratios[f"{name}: {label(True, True, False)} / KV cache"] = graph / cache
-        ratios[f"{name}: {device_search} / {label(True, gpu, False)}"] = searched / (graph or cache)
-        if f"unigen {name} (no cache)" in mine:
-            ratios[f"{name}: cache / no-cache"] = cache / mine[f"unigen {name} (no cache)"]
-        if bart:
-            ratios[f"{name}: cache / BART-base"] = cache / bart["sentences_per_s"]
-            if graph:
-                ratios[f"{name}: {label(True, True, False)} / BART-base"] = graph / bart["sentences_per_s"]
-            ratios[f"{name}: {device_search} / BART-base"] = searched / bart["sentences_per_s"]
+        speed = {row: mine.get(f"unigen {name} ({label(*ROWS[row])})") for row in ROWS}
+        # each row against the one it improves on, then every cached row against BART-base
+        for a, b in (("graph", "cache"), ("device", "graph"), ("whole", "device"), ("whole", "graph"),
+                     ("cache_device", "cache"), ("cache", "nocache")):
+            if speed[a] and speed[b]:
+                ratios[f"{name}: {label(*ROWS[a])} / {label(*ROWS[b])}"] = speed[a] / speed[b]
+        for row in ROWS:
+            if bart and speed[row] and row != "nocache":
+                ratios[f"{name}: {label(*ROWS[row])} / BART-base"] = speed[row] / bart["sentences_per_s"]
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "bench_generate.json"
         path.write_text(json.dumps(dict(settings=vars(args), device=str(device), rows=rows, ratios=ratios), indent=1))
@@ -207,6 +233,7 @@ def main():
         print(f"| {r['system']} | {r['seconds']:.3f} | {r['sentences_per_s']:.2f} |")
     for k, v in ratios.items():
         print(f"| {k} | | {v:.2f}x |")
+
 
 if __name__ == "__main__":
     main()

@@ -16,10 +16,12 @@ For every objective's real pre-training batch (base preset shapes, random weight
 and PALM's compiled copy scores (fast.compiled_additive_scores) against model.additive_scores (values and gradients),
 fast.BucketBias against RelativePositionBias.lookup, beam decoding with the readable KV cache against recomputation
 (tokens identical), and decoding with fast.StaticStep replayed as a CUDA graph against the readable cache (greedy and
-beam 3, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps (the
-graph then gives way to the eager static step), and fast/triton_bias.py's Triton attention (bench/check_triton.py at
-base size). Prints a table; exits non-zero if a check fails. Without CUDA it
-exits with one line saying so (status 2).
+beam 3 and 5, tokens identical, scores close), also with an [EOS] bias that makes sources finish at different steps
+(the readable search's graph then gives way to the eager static step), with the readable search, the fast search on
+the model step's graph and the whole-step graph search (fast/beam.py); the whole-step graph search against the
+model step's graph under bf16 autocast (generate.py's setting on CUDA, every hypothesis of beam 5); and
+fast/triton_bias.py's Triton attention (bench/check_triton.py at base size). Prints a table; exits non-zero if a
+check fails. Without CUDA it exits with one line saying so (status 2).
 """
 import random
 import sys
@@ -29,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fast                                                    # noqa: E402
+import fast.beam as FB                                         # noqa: E402
 import model as M                                              # noqa: E402
 from bench.bench_generate import synthetic_tokenizer         # noqa: E402
 from bench.bench_train import passages                        # noqa: E402
@@ -116,30 +119,60 @@ def check_packing(model, obj, tok, dev, rows, name):
 
 def check_graph(name, model, obj, sources, rows):
     """Decoding with fast.StaticStep replayed as a CUDA graph (cuda_graph=True) against the readable KV cache
-    (False): the same tokens and scores within 1e-4, greedy and beam 3; [EOS] bias 2 (the LM bias starts at 0) makes
-    sources finish at different steps. With the readable search (fast_search=False) rows leave the batch and the
-    graph gives way to the eager static step; with the fast layer's search (fast.beam_search, generate's default on
-    the graph) rows stay and the graph serves to the end."""
+    (False): the same tokens and scores within 1e-4, greedy, beam 3 and beam 5; [EOS] bias 2 (the LM bias starts at
+    0) makes sources finish at different steps. With the readable search (fast_search=False) rows leave the batch and
+    the graph gives way to the eager static step; with the fast layer's search (fast.beam_search, generate's default
+    on the graph) rows stay and the graph serves to the end: the whole step in one graph (fast/beam.py's WholeStep
+    and StepGraph, fast.beam.WHOLE_STEP, the default), or the model step's graph with the bookkeeping launched
+    kernel by kernel (WHOLE_STEP off)."""
     ok = True
     eos = obj.tok.eos_id
+    searches = (("readable search", False, True), ("model-step graph + fast search", True, False),
+                ("whole-step graph search", True, True))
     for bias in (0.0, 2.0):
         with torch.no_grad():
             model.lm_bias[eos] = bias
-            for beam in (1, 3):
+            for beam in (1, 3, 5):
                 eager = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=False)
-                for search, on_device in (("readable search", False), ("fast search", True)):
-                    graphed = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=True,
-                                       fast_search=on_device)
+                for search, on_device, whole in searches:
+                    FB.WHOLE_STEP = whole
+                    try:
+                        graphed = generate(model, obj, sources, beam_size=beam, max_len=16, cuda_graph=True,
+                                           fast_search=on_device)
+                    finally:
+                        FB.WHOLE_STEP = True
                     same = [h[0][0] for h in eager] == [h[0][0] for h in graphed]
                     err = max(abs(e[0][1] - g[0][1]) for e, g in zip(eager, graphed))
                     lengths = [len(h[0][0]) for h in graphed]
                     good = same and err < 1e-4
                     ok &= good
-                    rows.append((name, f"beam {beam}, [EOS] bias {bias:g}: CUDA graph + {search} vs readable "
+                    rows.append((name, f"beam {beam}, [EOS] bias {bias:g}: {search} vs readable "
                                  f"cache (fp32)", f"tokens {'equal' if same else 'differ'}, score error {err:.1e}, "
                                  f"lengths {lengths}", good))
             model.lm_bias[eos] = 0.0
-    return ok
+    # run whatever the checks above gave
+    return check_whole_step_bf16(name, model, obj, sources, rows) and ok
+
+
+def check_whole_step_bf16(name, model, obj, sources, rows):
+    """The whole-step graph search against the model step's graph with the bookkeeping kernel by kernel
+    (fast.beam.WHOLE_STEP off), under bf16 autocast as generate.py runs on CUDA: beam 5, 32 tokens, every hypothesis.
+    Both run the same kernels on the same numbers (embed, blocks, log-softmax; the bans only write -inf and the
+    reorders copy), so the hypotheses must be identical and the scores equal."""
+    out = {}
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
+        for whole in (True, False):
+            FB.WHOLE_STEP = whole
+            try:
+                out[whole] = generate(model, obj, sources, beam_size=5, n_best=5, max_len=32, cuda_graph=True)
+            finally:
+                FB.WHOLE_STEP = True
+    same = [[ids for ids, _ in h] for h in out[True]] == [[ids for ids, _ in h] for h in out[False]]
+    err = max(abs(a[1] - b[1]) for ha, hb in zip(out[True], out[False]) for a, b in zip(ha, hb))
+    good = same and err < 1e-5
+    rows.append((name, "beam 5, all hypotheses: whole-step graph vs model-step graph search (bf16 autocast)",
+                 f"tokens {'equal' if same else 'differ'}, score error {err:.1e}", good))
+    return good
 
 
 def check_copy_scores(dev, rows):
@@ -203,7 +236,8 @@ def main():
     only_triton = sys.argv[1:] == ["triton"]
     if not torch.cuda.is_available():
         print("check_cuda.py: error: this check needs a CUDA GPU (none here); the CPU-runnable twins are "
-              "tests/test_fast.py and tests/test_attention_paths.py", file=sys.stderr)
+              "tests/test_fast.py, tests/test_fast_beam.py, tests/test_fast_graph_search.py and "
+              "tests/test_attention_paths.py", file=sys.stderr)
         sys.exit(2)
     dev = torch.device("cuda")
     tok = synthetic_tokenizer(30522)

@@ -7,8 +7,12 @@
 #                                             # beam-5 decoding (graphed and eager cached steps) against HF BART-base
 #   bash bench/loop_profile_gpu.sh packed     # train.py's loop profiled (bench/profile_train.py), unilm one passage a
 #                                             # row and packed: why packing slowed unilm's loop (0.79x) down
-#   bash bench/loop_profile_gpu.sh decode     # beam 5 with fast.beam_search (no host sync a step) against the readable
-#                                             # search on the same CUDA graph and HF BART-base; then check_cuda.py
+#   bash bench/loop_profile_gpu.sh decode     # beam 5: the whole step in one CUDA graph (fast/beam.py's WholeStep,
+#                                             # generate's default on CUDA), the model step's graph with fast.beam_search
+#                                             # (no host sync a step), the same graph with the readable search, the eager
+#                                             # cache, and HF BART-base, same run; then check_cuda.py (graph == readable)
+#   bash bench/loop_profile_gpu.sh decode_profile   # where a beam-5 step goes (wall vs GPU busy), unilm and palm,
+#                                             # whole-step graph vs model-step graph + device search
 #   bash bench/loop_profile_gpu.sh triton     # pmlm's step with the Triton attention: the dQ kernel's bias gradient
 #                                             # by prefix sums against the loop over buckets; then check_triton --base
 set -uo pipefail
@@ -34,7 +38,11 @@ case "${1:-loop}" in
   decode)
     python bench/bench_generate.py --objectives unilm,pmlm,ernie_gen,palm --no_nocache 2>&1 \
       | tee "$OUT/bench_generate.txt" | grep -v USDT | tail -40
-    timeout 200 python bench/check_cuda.py 2>&1 | tee "$OUT/check_cuda.txt" | tail -40 ;;
+    timeout 300 python bench/check_cuda.py 2>&1 | tee "$OUT/check_cuda.txt" | grep -E "FAIL|beam|^NVIDIA|torch|Error" \
+      | tail -60 ;;
+  decode_profile)
+    python bench/bench_generate.py --objectives unilm,palm --rows whole,device --profile --no_bart --repeats 1 2>&1 \
+      | tee "$OUT/profile_generate.txt" | grep -v USDT | tail -90 ;;
   triton)
     python bench/profile_step.py --part steps --only "pmlm,pmlm triton,pmlm triton loop" 2>&1 \
       | tee "$OUT/profile_triton.txt" | tail -80

@@ -14,9 +14,9 @@ The switches that reach it (on a CPU the readable path is the default everywhere
     fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
     train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
                                         the Packed view in train.LossModule
-    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph, and
-                                        the search on the device (fast/beam.py; generate's
-                                        fast_search)
+    generate(..., cuda_graph=None)      decoding on CUDA: StaticStep and the search on the device,
+                                        the whole step replayed as one CUDA graph (fast/beam.py;
+                                        generate's fast_search)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
 Objectives, notebooks and exercises never import this file.
 
@@ -31,6 +31,9 @@ Pieces, their readable twins and the tests that hold them equal:
     GraphedStep                the eager StaticStep                 tests/test_fast.py, check_cuda
     beam_search, greedy        generate.beam_search, generate.greedy  tests/test_fast_beam.py
                                (fast/beam.py: no host sync a step)
+    WholeStep, StepGraph,      generate.beam_search, greedy,      tests/test_fast_graph_search.py,
+    static_ban                 ban_tokens (fast/beam.py: the      check_cuda
+                               whole step in one CUDA graph)
     use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU:
                                (fast/triton_bias.py)                the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
@@ -73,11 +76,11 @@ def compile_blocks(model, dynamic=False):
     """torch.compile each Transformer block (regional compilation): the blocks are alike, so one
     compilation serves them all, in a fraction of the time of compiling the whole model; embeddings
     and heads stay eager. Twin: the eager blocks (bench/check_cuda.py compares them on a GPU)."""
-    # one compilation per sequence length (dynamic=False): PALM's batches came in 9 lengths
-    # (multiples of 64), more than dynamo's default limit of 8, after which it ran the blocks
-    # uncompiled for new lengths (seen on an H200: train.py's loop at 0.79 of the bare step)
-    # (packed batches, SteadyPacking's, come in one width and several counts of rows: train.py
-    # compiles them with dynamic=None, which makes the rows dimension dynamic at its first change)
+    # dynamic=False compiles once per shape, and past the recompile limit runs new shapes
+    # uncompiled: PALM's 9 lengths went past dynamo's default limit of 8 (on an H200, train.py's
+    # loop at 0.79 of the bare step), the study's ERNIE-GEN pre-training, whose count of rows
+    # changes with the examples it skips, compiled 23 times in 200 steps (bench/RESULTS.md,
+    # seventh session). train.py compiles with dynamic=True: once, for any shape
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
     for block in model.blocks:
         block.compile(dynamic=dynamic)
@@ -301,9 +304,9 @@ class SteadyPacking:
     """plan_packing for compiled blocks (train.py --pack on CUDA): every batch in rows of ONE width,
     the widest passage seen yet rounded up to `multiple` (it settles within the first batches: most
     pre-training passages are full), so only the count of rows changes from batch to batch, and
-    the blocks compiled with dynamic=None compile twice: once for the first count, once for any
-    (plan_packing's own width, cheapest per batch, gave 14-38 (rows, width) shapes in 150 batches,
-    each a compilation). The price: a few slots more padding than the cheapest width.
+    the blocks compiled for any shape (train.py: dynamic=True) compile once (plan_packing's own
+    width, cheapest per batch, gave 14-38 (rows, width) shapes in 150 batches, each a compilation
+    where shapes were static). The price: a few slots more padding than the cheapest width.
     Twin: plan_packing (tests/test_packing.py: the same rows for the same width)."""
 
     def __init__(self, multiple=64):
@@ -464,12 +467,16 @@ class StaticCache:
         self.n += n
         self.fill += n
 
-    def reorder(self, index, same_sources=False):
-        """Beam search: keep batch rows `index` (N',)."""
+    def reorder(self, index, same_sources=False, static=False):
+        """Beam search: keep batch rows `index` (N',). static (with same_sources): move every target
+        slot, written or not, so that the shapes never change (fast/beam.py's whole-step graph,
+        where the host's count n does not follow the steps); the slots past the fill index are
+        overwritten before any step reads them."""
         if same_sources:
             # only the target part differs between the beams of one source
+            end = self.capacity if static else self.n
             for buf in self.k + self.v:
-                buf[:, :, self.n_src:self.n] = buf[:, :, self.n_src:self.n].index_select(0, index)
+                buf[:, :, self.n_src:end] = buf[:, :, self.n_src:end].index_select(0, index)
             return
         self.k = [b.index_select(0, index) for b in self.k]
         self.v = [b.index_select(0, index) for b in self.v]
@@ -527,7 +534,8 @@ class StaticStep:
     columns ([y_{t-1}, query] or [y_{t-1}]) are described by kind and step per cache slot, the same
     description generate.Decoder gives the readable path, and masks.may_attend makes their mask;
     nothing the step runs reads a Python number that changes from step to step. Embedding runs
-    outside the graph; beam reorders and the search stay outside too.
+    outside the graph; beam reorders and the search stay outside too, unless the search is
+    fast/beam.py's WholeStep, which calls step() inside its own graph of the whole search step.
     """
 
     def __init__(self, dec, max_len, graphed):

@@ -1,8 +1,10 @@
-"""Beam and greedy search with no host synchronization inside the step loop: the fast layer's twins
-of generate.beam_search and generate.greedy (the readable functions). tests/test_fast_beam.py holds
-them equal on a CPU: the same hypotheses, scores and order (ties included), for all four objectives,
-on the readable cache, on fast.StaticStep and without a cache, and counts the host reads inside the
-loop; bench/check_cuda.py compares them on a GPU (generate's CUDA-graph path runs them).
+"""Beam and greedy search with no host synchronization inside the step loop, and on fast.StaticStep
+the whole step in one CUDA graph: the fast layer's twins of generate.beam_search and generate.greedy
+(the readable functions). tests/test_fast_beam.py and tests/test_fast_graph_search.py hold them
+equal on a CPU: the same hypotheses, scores and order (ties included), for all four objectives, on
+the readable cache, on fast.StaticStep (the whole-step search run eagerly) and without a cache, and
+count the host reads inside the loop; bench/check_cuda.py compares them on a GPU (generate's
+CUDA-graph path runs them).
 
 Why: generate.beam_search decides on the host. Every step it copies the top 2K candidates to the
 CPU (.tolist()) and drops the finished sources from the batch; on a GPU each copy waits for the
@@ -20,14 +22,29 @@ step's kernels, so the GPU idles while the CPU decides and launches the next ste
   - "is every source done?" is asked every CHECK_EVERY steps and read CHECK_LAG steps later
     (DoneCheck), so the GPU never waits for the host; the loop may run up to
     CHECK_EVERY + CHECK_LAG - 1 steps past the last source's end, steps that change nothing.
-Left out: the bookkeeping (ban_tokens, topk, the reorders) is launched kernel by kernel, not
-captured in a CUDA graph.
+Removing the host's waits gained 2-4%: the ~130 small bookkeeping kernels a step launched one by
+one from Python (the bans, topk, the reorders) held the step. So on fast.StaticStep (generate's
+decoder on CUDA) the whole step is one function of buffers allocated once (WholeStep): the
+history is a fixed (N, max_len) buffer and the step index a device tensor, the n-gram ban reads
+the whole buffer (static_ban, generate.ban_tokens' twin), the records go into (max_len, B, K)
+buffers at the step index, the cache reorders in place over every target slot; step 0 runs
+eagerly (a query token's step 0 has one column fewer), every later step is one replay of one CUDA
+graph (StepGraph), and between replays the host only asks DoneCheck. WHOLE_STEP off keeps the
+kernel-by-kernel loop there too (bench/bench_generate.py's row); on the readable cache and without
+a cache that loop always runs.
+Left out: a graph for the readable cache or for no cache (their shapes grow every step); dropping
+the finished sources' rows (they run on, ignored, to keep the shapes); CUDA graphs for step 0 and
+for the source's pass (each runs once a batch); a graph kept across batches (every batch captures
+its own: the buffers' addresses are the batch's).
 """
 import torch
 
 NEG_INF = float("-inf")
 CHECK_EVERY = 4           # steps between two asks "is every source done?"
 CHECK_LAG = 2             # steps between an ask and its read: the GPU's queue never runs dry
+# on a decoder that runs fast.StaticStep, the whole step (model and bookkeeping) in one CUDA graph;
+# False: the model step's graph alone and the bookkeeping kernel by kernel (bench_generate's row)
+WHOLE_STEP = True
 
 
 class DoneCheck:
@@ -72,6 +89,8 @@ def beam_search(dec, K, max_len, alpha, rules):
     """generate.beam_search (its readable twin: the same arguments and the same result) with no host
     sync a step. Each step keeps the top 2K extensions per source, records the [EOS] ones among the
     top K and goes on with the best K others; every source's rows stay in the batch."""
+    if WHOLE_STEP and getattr(dec, "fast", None) is not None:
+        return graph_beam_search(dec, K, max_len, alpha, rules)
     # generate.py imports this package: its helpers are looked up when a search runs
     import generate as G
     B = len(dec.src_len)
@@ -100,14 +119,15 @@ def beam_search(dec, K, max_len, alpha, rules):
         # the cache and the history follow the live beams; each row stays with its source
         dec.reorder((first + live_beam).flatten(), same_sources=True)
         dec.append(live_tok.flatten())
-    return finished_lists(steps, scores, K, max_len, alpha)
+    return finished_lists([torch.stack(x) for x in zip(*steps)], scores, K, max_len, alpha)
 
 
-def finished_lists(steps, last_scores, K, max_len, alpha):
-    """The host's part, once: the device records of every step -> for each source its finished
+def finished_lists(records, last_scores, K, max_len, alpha):
+    """The host's part, once: the device records of every step run, (T, B, K) each: finished
+    scores, their beams, the live beams' backpointers and tokens -> for each source its finished
     hypotheses, appended in generate.beam_search's order, then sorted as it sorts them (stable)."""
     import generate as G
-    fin, fin_beam, parent, token = (torch.stack(x).tolist() for x in zip(*steps))  # (T, B, K)
+    fin, fin_beam, parent, token = (x.tolist() for x in records)                  # (T, B, K)
     last = last_scores.tolist()                                                    # (B, K)
 
     def history(t, b, k):
@@ -141,6 +161,8 @@ def finished_lists(steps, last_scores, K, max_len, alpha):
 def greedy(dec, max_len, alpha, rules):
     """generate.greedy (its readable twin: the same arguments and result) with no host sync a step:
     finished rows stay in the batch, the tokens and running totals are read once, after the loop."""
+    if WHOLE_STEP and getattr(dec, "fast", None) is not None:
+        return graph_greedy(dec, max_len, alpha, rules)
     import generate as G
     N = len(dec.src_len)
     dev = dec.src_ids.device
@@ -156,15 +178,15 @@ def greedy(dec, max_len, alpha, rules):
         done |= tok == rules["eos"]
         if check(t, done):
             break
-    return greedy_lists(steps, rules["eos"], max_len, alpha)
+    tokens, totals = (torch.stack(x) for x in zip(*steps))
+    return greedy_lists(tokens, totals, rules["eos"], max_len, alpha)
 
 
-def greedy_lists(steps, eos, max_len, alpha):
-    """The host's part of greedy, once: every step's tokens and running totals -> for each row
-    [(ids, score)] as generate.greedy makes it."""
+def greedy_lists(tokens, totals, eos, max_len, alpha):
+    """The host's part of greedy, once: every step's tokens and running totals (T, N) -> for each
+    row [(ids, score)] as generate.greedy makes it."""
     import generate as G
-    tokens = torch.stack([tok for tok, _ in steps]).tolist()                      # (T, N)
-    totals = torch.stack([total for _, total in steps]).tolist()
+    tokens, totals = tokens.tolist(), totals.tolist()
     out = []
     for r in range(len(tokens[0])):
         # a row ends at its first [EOS], or at max_len
@@ -174,3 +196,194 @@ def greedy_lists(steps, eos, max_len, alpha):
         score = totals[end][r] / G.gnmt_penalty(len(ids), alpha)
         out.append([(ids[:-1] if ids[-1] == eos else ids, score)])
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole step in one CUDA graph: model, bans, choice, records, reorders
+
+
+def static_ban(logp, hist, t, eos, min_len, banned, no_repeat_ngram, ignore):
+    """generate.ban_tokens (its readable twin: the same tokens forbidden) with static shapes: the
+    history is the whole (N, max_len) buffer, of which the first t columns are written, t a device
+    scalar (tests/test_fast_graph_search.py holds the two equal at every t)."""
+    logp.index_fill_(1, banned, NEG_INF)
+    # [EOS] before min_len
+    logp[:, eos].masked_fill_(t < min_len, NEG_INF)
+    n = no_repeat_ngram
+    # the readable rule starts once n tokens are written: never when max_len - 1 < n
+    if not n or hist.size(1) <= n:
+        return logp
+    win = hist.unfold(1, n, 1)                        # (N, W, n): every n-gram of the buffer
+    start = torch.arange(win.size(1), device=hist.device)
+    # the last n - 1 tokens written (columns t - n + 1 .. t - 1; clamped before step n)
+    back = (t - n + 1 + torch.arange(n - 1, device=hist.device)).clamp(min=0)
+    tail = hist[:, back]                              # (N, n - 1)
+    # n-grams written so far that start with the tail
+    hit = (start + n <= t) & (win[..., :-1] == tail[:, None]).all(-1)           # (N, W)
+    if ignore is not None:
+        # UniLM: an n-gram holding an ignore word may repeat (no isin: it syncs on a GPU)
+        hit &= ~(win[..., None] == ignore).any(-1).any(-1)
+    # adding -inf bans, adding 0 changes nothing, and two windows may end in the same token
+    add = torch.zeros_like(hit, dtype=logp.dtype).masked_fill_(hit, NEG_INF)
+    return logp.scatter_add_(1, win[..., -1], add)
+
+
+class StepGraph:
+    """fn() captured as one CUDA graph at its first call, replayed at every later call. fn is a
+    whole search step: it reads and writes only tensors allocated before it, so a replay is the
+    step. The first call runs fn for real on a side stream (GraphedStep's warm-up: cuBLAS handles,
+    compilation, allocations happen outside the capture), then captures it (a capture runs
+    nothing). Twin: fn called eagerly (tests/test_fast_graph_search.py stands an eager StepGraph in
+    on a CPU; bench/check_cuda.py replays the real one)."""
+
+    def __init__(self, fn, device):
+        self.fn = fn
+        self.device = device
+        self.graph = None
+
+    def __call__(self):
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        with torch.cuda.device(self.device):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.fn()
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=side):
+                self.fn()
+
+
+class WholeStep:
+    """The state of a search on fast.StaticStep, every tensor allocated once, and its step: embed,
+    blocks, decode_logprobs, static_ban, the choice, the records, the reorders. Nothing a step runs
+    reads a Python number that changes from step to step (the step index t is a device tensor), so
+    from the second step on one CUDA graph replays it (StepGraph); step 0 runs eagerly (a query
+    token's step 0 has one column fewer). K = 0: greedy. Twins: generate.beam_search and
+    generate.greedy (tests/test_fast_graph_search.py, tests/test_fast_beam.py)."""
+
+    def __init__(self, dec, K, max_len, rules):
+        import generate as G
+        self.dec, self.K, self.rules = dec, K, rules
+        dev = dec.src_ids.device
+        B = len(dec.src_len)
+        if K:
+            # rows: source b, beam k -> b * K + k
+            self.scores = G.start_beams(dec, K)                                   # (B, K)
+            self.first = torch.arange(B, device=dev)[:, None] * K                 # (B, 1)
+            self.n_finished = torch.zeros(B, dtype=torch.long, device=dev)
+            # per step: finished scores, their beams, the live beams' backpointers and tokens
+            self.records = [torch.full((max_len, B, K), NEG_INF, device=dev)] + [
+                torch.zeros(max_len, B, K, dtype=torch.long, device=dev) for _ in range(3)]
+        else:
+            self.total = torch.zeros(B, device=dev)
+            # per step: the tokens and the running totals
+            self.records = [torch.zeros(max_len, B, dtype=torch.long, device=dev),
+                            torch.zeros(max_len, B, device=dev)]
+        N = len(dec.src_len)                                    # rows: B * K, or B for greedy
+        self.done = torch.zeros(B, dtype=torch.bool, device=dev)                # per source
+        self.t = torch.zeros((), dtype=torch.long, device=dev)                   # the step index
+        self.hist = torch.zeros(N, max_len, dtype=torch.long, device=dev)       # tokens so far
+        # y_{t-1}: [SOS] at t = 0 without a query token
+        self.last = torch.full((N,), dec.sos, dtype=torch.long, device=dev)
+        self.query = None
+        if dec.query is not None:
+            self.query = torch.full((N, 1), dec.query, dtype=torch.long, device=dev)
+
+    def logprobs(self, first):
+        """StaticStep.logprobs from the buffers -> (N, V): the new columns [y_{t-1}, query]
+        ([query] alone at t = 0) or [y_{t-1}] ([SOS] at t = 0), embedded, run, committed."""
+        dec = self.dec
+        cache = dec.fast.cache
+        ids = self.last[:, None]                                               # (N, 1)
+        if self.query is not None:
+            ids = self.query if first else torch.cat([ids, self.query], dim=1)  # (N, n_new)
+        cols = cache.fill + torch.arange(ids.size(1), device=ids.device)       # (n_new,) slots
+        # a target token of step r (slot S + r - 1) sits at position S_b + r - 1
+        pos = dec.src_len[:, None] + (cols - dec.S)                            # (N, n_new)
+        x = dec.model.embed(ids, pos, torch.full_like(ids, dec.seg_tgt))
+        logp = dec.fast.step(dec, x, pos, cols)
+        # y_{t-1} joins the cache (on the device only: cache.n is the host's, left behind); the
+        # query token is dropped
+        cache.fill += ids.size(1) - (self.query is not None)
+        return static_ban(logp, self.hist, self.t, **self.rules)
+
+    def step(self, first=False):
+        """One step of the search, in place; self.done says which sources (rows) are done."""
+        if self.K:
+            self.beam_step(first)
+        else:
+            self.greedy_step(first)
+        self.t += 1
+
+    def record(self, *values):
+        """values[i] into self.records[i] at step t."""
+        at = self.t.view(1)
+        for buf, x in zip(self.records, values):
+            buf.index_copy_(0, at, x[None])
+
+    def beam_step(self, first):
+        import generate as G
+        K = self.K
+        # the same choice as generate.beam_search's: top 2K extensions, the K best live ones
+        top, beam, tok, is_eos, live = G.best_extensions(self.scores, self.logprobs(first),
+                                                         self.rules["eos"])
+        live_beam = beam.gather(1, live)
+        live_tok = tok.gather(1, live)
+        self.scores.copy_(top.gather(1, live))
+        # finished: an [EOS] among the top K, its score; -inf where none
+        fin = top[:, :K].masked_fill(~is_eos[:, :K], NEG_INF)
+        self.record(fin, beam[:, :K], live_beam, live_tok)
+        # early stop: K finished hypotheses end a source (its rows run on, ignored)
+        self.n_finished += (fin > NEG_INF).sum(dim=1)
+        torch.ge(self.n_finished, K, out=self.done)
+        # the cache and the history follow the live beams; each row stays with its source
+        index = (self.first + live_beam).flatten()
+        self.dec.fast.cache.reorder(index, same_sources=True, static=True)
+        self.hist.copy_(self.hist.index_select(0, index))
+        self.append(live_tok.flatten())
+
+    def greedy_step(self, first):
+        best, tok = self.logprobs(first).max(dim=-1)
+        self.total += best
+        self.record(tok, self.total)
+        self.done |= tok == self.rules["eos"]
+        self.append(tok)
+
+    def append(self, tok):
+        """y_t (N,) into the history's column t and the next step's input."""
+        self.hist.index_copy_(1, self.t.view(1), tok[:, None])
+        self.last.copy_(tok)
+
+    def run(self, max_len, graphed):
+        """Step 0 eagerly, then the same step replayed (graphed: a CUDA graph) until max_len or
+        until DoneCheck sees every source done -> the number of steps run."""
+        device = self.dec.src_ids.device
+        check = DoneCheck(device, CHECK_EVERY, CHECK_LAG)
+        later = StepGraph(self.step, device) if graphed else self.step
+        for t in range(max_len):
+            if t == 0:
+                self.step(first=True)
+            else:
+                later()
+            if t == max_len - 1 or check(t, self.done):
+                return t + 1
+
+
+def graph_beam_search(dec, K, max_len, alpha, rules):
+    """fast.beam_search on a decoder that runs fast.StaticStep: the whole step in one CUDA graph
+    where dec.fast.graphed (its eager twin elsewhere). Twin: generate.beam_search."""
+    search = WholeStep(dec, K, max_len, rules)
+    T = search.run(max_len, dec.fast.graphed)
+    return finished_lists([r[:T] for r in search.records], search.scores, K, max_len, alpha)
+
+
+def graph_greedy(dec, max_len, alpha, rules):
+    """fast.greedy on a decoder that runs fast.StaticStep, as graph_beam_search. Twin:
+    generate.greedy."""
+    search = WholeStep(dec, 0, max_len, rules)
+    T = search.run(max_len, dec.fast.graphed)
+    tokens, totals = (r[:T] for r in search.records)
+    return greedy_lists(tokens, totals, rules["eos"], max_len, alpha)

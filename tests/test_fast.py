@@ -49,6 +49,37 @@ def test_speed_up_keeps_the_readable_path_on_a_cpu():
     assert model.rel_bias.fast_lookup is None and model.copy_head.fast_scores is None
 
 
+def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkeypatch):
+    """train.py compiles the blocks for any shape (dynamic=True): the count of rows changes with packing and
+    with the examples an objective skips, and compiling once per shape ran the study's ERNIE-GEN pre-training
+    4x slower (bench/RESULTS.md, seventh session). One graph serves every (rows, width), with the eager
+    block's values (gradients: bench/check_cuda.py)."""
+    import train
+    from torch._dynamo.utils import counters
+    seen = {}
+    monkeypatch.setattr(fast, "speed_up", lambda model, **kw: seen.update(kw))
+    train.use_fast_layer(tiny_model(40), get_objective("unilm", TOK), train.TrainConfig(compile="true"),
+                         torch.device("cpu"))
+    assert seen == {"compile": True, "dynamic": True}
+    # dynamo's graphs and guards as train.py's compile makes them; the eager backend skips code generation
+    compile_ = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compile_(self, backend="eager", **kw))
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny_model(40)
+    eager = model.blocks[0]
+    compiled = fast.compile_blocks(tiny_model(40), dynamic=True).blocks[0]
+    compiled.load_state_dict(eager.state_dict())
+    for rows, width in [(5, 16), (6, 16), (3, 24)]:
+        x = torch.randn(rows, width, model.config.n_embd)
+        mask = torch.rand(rows, width, width) < 0.7
+        mask |= torch.eye(width, dtype=torch.bool)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x, mask), eager(x, mask), rtol=1e-5, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
+
+
 def test_model_with_bucket_bias_equals_readable_model():
     """The switch model.py reads (RelativePositionBias.fast_lookup, set by speed_up on a GPU), forced here on a CPU:
     the whole model's output and every gradient equal the readable lookup's (float64)."""

@@ -1,10 +1,10 @@
 """The fast layer's search (fast/beam.py: fast.beam_search, fast.greedy) equals the readable one (generate.beam_search,
 generate.greedy): the same hypotheses in the same order and the same scores, for all four objectives, on the readable
-KV cache, on fast.StaticStep run eagerly (what CUDA replays as a graph) and without a cache, with sources that end
-early, sources that reach max_len, [EOS] banned before min_len, n-gram blocking on and off, two length penalties and
-beams of 2 to 5; on hand-built score tables full of exact ties and impossible (-inf) candidates; and on generate()'s
-CUDA-graph path simulated on a CPU. A counter of host reads checks that the step loop reads nothing from the tensors
-but the "is every source done?" flag every few steps."""
+KV cache, on fast.StaticStep run eagerly (the whole-step search, what CUDA replays as one graph) and without a
+cache, with sources that end early, sources that reach max_len, [EOS] banned before min_len, n-gram blocking on and
+off, two length penalties and beams of 2 to 5; on hand-built score tables full of exact ties and impossible (-inf)
+candidates; and on generate()'s CUDA-graph path simulated on a CPU. A counter of host reads checks that the step
+loop reads nothing from the tensors but the "is every source done?" flag every few steps."""
 import functools
 import sys
 
@@ -42,8 +42,13 @@ def search(module, dec, K, max_len, alpha, rules):
 
 
 def counting_steps(dec):
-    """Wrap dec.logprobs: -> the list that gets the number of rows of every step."""
+    """Wrap the model's step: -> the list that gets the number of rows of every step. On fast.StaticStep that is its
+    step (the whole-step search never calls dec.logprobs), else dec.logprobs."""
     rows = []
+    if dec.fast is not None:
+        step = dec.fast.step
+        dec.fast.step = lambda d, x, *a: rows.append(len(x)) or step(d, x, *a)
+        return rows
     logprobs = dec.logprobs
     dec.logprobs = lambda: rows.append(len(dec.tgt)) or logprobs()
     return rows
@@ -124,25 +129,51 @@ def test_generate_switch(monkeypatch):
         called.clear()
 
 
+class EagerStepGraph:
+    """Stands in for fast/beam.py's StepGraph on a CPU: the step function run where the graph would replay; records
+    every capture (one StepGraph made) and every call."""
+    captures = []
+
+    def __init__(self, fn, device):
+        self.fn, self.calls = fn, 0
+        assert device.type == "cpu"
+        EagerStepGraph.captures.append(self)
+
+    def __call__(self):
+        self.calls += 1
+        self.fn()
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-step", "model-step"])
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("name", NAMES)
-def test_cuda_path_simulated_keeps_one_graph(name, beam, monkeypatch):
-    """generate() as it runs on CUDA (graph_step says yes; EagerGraph stands in for the CUDA graph): the fast search
-    runs, each batch captures its graph once and replays it to the last step (rows never leave, so the graph never
-    goes), and the hypotheses are the readable decoder's."""
+def test_cuda_path_simulated_keeps_one_graph(name, beam, whole, monkeypatch):
+    """generate() as it runs on CUDA (graph_step says yes; EagerGraph and EagerStepGraph stand in for the CUDA graphs):
+    the fast search runs, each batch captures one graph and replays it to the last step (rows never leave, so the
+    graph never goes), and the hypotheses are the readable decoder's. fast.beam.WHOLE_STEP (the default): the whole
+    step's graph (StepGraph), the model step's (GraphedStep) never made; off: the model step's graph alone."""
     model, obj, srcs = finishing(name)
     kw = dict(beam_size=beam, n_best=beam, max_len=10, batch_size=3)
     want = G.generate(model, obj, srcs, cuda_graph=False, **kw)
     monkeypatch.setattr(G, "graph_step", lambda cuda_graph, use_cache, device: use_cache and cuda_graph is not False)
     monkeypatch.setattr(fast, "GraphedStep", EagerGraph)
+    monkeypatch.setattr(FB, "StepGraph", EagerStepGraph)
+    monkeypatch.setattr(FB, "WHOLE_STEP", whole)
     decoders = []
     init = G.Decoder.__init__
     monkeypatch.setattr(G.Decoder, "__init__", lambda self, *a: decoders.append(self) or init(self, *a))
     EagerGraph.captures.clear()
+    EagerStepGraph.captures.clear()
     got = G.generate(model, obj, srcs, **kw)
     assert_same_hypotheses(got, want)
-    assert len(decoders) == len(EagerGraph.captures) == 2                   # two batches, one capture each
-    assert all(d.fast.graphed and d.fast.graph is c for d, c in zip(decoders, EagerGraph.captures))
+    assert len(decoders) == 2 and all(d.fast.graphed for d in decoders)     # two batches
+    if whole:
+        assert EagerGraph.captures == [] and len(EagerStepGraph.captures) == 2
+        # every step but step 0 through the graph: to max_len or to the done flag's read
+        assert all(1 <= c.calls <= 9 for c in EagerStepGraph.captures)
+    else:
+        assert EagerStepGraph.captures == [] and len(EagerGraph.captures) == 2
+        assert all(d.fast.graph is c for d, c in zip(decoders, EagerGraph.captures))
 
 
 # --- host reads inside the loop ---------------------------------------------------------------------------------

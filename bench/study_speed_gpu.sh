@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Issue 22's budget on one GPU: where a study pre-training's time goes, every variant in the same run.
+#   bash bench/study_speed_gpu.sh          # needs out/data (the shared corpus) and out/studycache (its vocabulary,
+#                                          # tokens and ERNIE-GEN's span vocabulary, built by study.py's prepare)
+# Runs train.py with the study's pre-training flags (small preset, batch 128, text 256, the shared corpus) for
+# STEPS steps:
+#   pair_new         two processes sharing the GPU, as study.py --per_gpu 2 runs its jobs (--compile auto,
+#                    one passage a row, 2 workers each): the blocks compiled for any shape (dynamic=True)
+#   pair_old         the same with the blocks compiled as before (dynamic=False: once per shape)
+#   alone_new        one process; alone_old: the same as before
+#   eager            one process, blocks not compiled
+# Each prints the steps/s from step FROM (the progress bar's times) and the recompilations torch logged.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STEPS=${STEPS:-300}
+OBJ=${OBJ:-ernie_gen}
+nvidia-smi --query-gpu=name --format=csv,noheader
+python -c "import torch; print('torch', torch.__version__)"
+CACHE=out/studycache
+SPANS=$(ls -d $CACHE/pretrain-*/span_vocab.json | head -1)
+flags() {  # $1: out dir
+  echo --objective $OBJ --preset small --vocab_size 16384 --cache_dir $CACHE --out_dir $1 --progress true \
+    --overwrite true --eval_interval 1000000 --eval_batches 1 --log_interval 10 --max_steps $STEPS --seq_len 256 \
+    --batch_size 128 --lr 7e-4 --seed 0 --data out/data/corpus $([ $OBJ = ernie_gen ] && echo --span_vocab $SPANS)
+}
+rate() {  # median corpus tokens/s and steps/s of a run's logged intervals after the second
+  python - "$1" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"train"' in l]
+tok = [r["corpus_tokens_per_s"] for r in rows[2:]]
+print(f"{sys.argv[1]}: {len(rows)} intervals, corpus tokens/s median {statistics.median(tok):,.0f}, "
+      f"last {tok[-1]:,.0f}" if tok else f"{sys.argv[1]}: too few intervals ({len(rows)})")
+PY
+}
+run() {  # $1 label, then env assignments; EXTRA: more flags. SIGTERM makes train.py stop at its next log step:
+         # -k kills it 10 s later if that step is far
+  local label=$1; shift
+  local dir=/tmp/ss/$label
+  local t0=$(date +%s)
+  env "$@" timeout -k 10 ${LIMIT:-170} python ${SCRIPT:-train.py} $(flags $dir) ${EXTRA:-} > $OUT/$label.log 2>&1
+  echo "$label: exit $?, $(( $(date +%s) - t0 )) s"
+  cp $dir/metrics.jsonl $OUT/$label.metrics.jsonl 2>/dev/null; rate $dir | tee -a $OUT/rates.txt
+}
+pace() {  # steps/s between step FROM and the last step, read from the progress bar's elapsed times in the log
+  python - "$1" "${FROM:-50}" <<'PY'
+import re, sys
+text = open(sys.argv[1], errors="replace").read().replace("\r", "\n")
+seen = {}
+for step, mm, ss in re.findall(r"(\d+)/\d+ \[(\d+):(\d+)", text):
+    seen.setdefault(int(step), int(mm) * 60 + int(ss))
+first = int(sys.argv[2]); last = max(seen)
+recompiles = len(re.findall(r"Recompiling function", text))
+if first in seen and last > first and seen[last] > seen[first]:
+    print(f"{sys.argv[1]}: steps {first}..{last} at {(last - first) / (seen[last] - seen[first]):.1f} steps/s; "
+          f"step {first} at {seen[first]} s; recompilations logged: {recompiles}")
+else:
+    print(f"{sys.argv[1]}: not enough steps ({last}); recompilations logged: {recompiles}")
+PY
+}
+# the blocks as train.py compiled them before the seventh session (one passage a row, the default: dynamic=False,
+# one compilation per shape), for the same-run baseline
+OLD=/tmp/ss/old_train.py; mkdir -p /tmp/ss
+cat > $OLD <<'PY'
+import os, sys
+sys.path.insert(0, os.getcwd())
+import fast, train
+speed_up = fast.speed_up
+fast.speed_up = lambda model, compile=True, dynamic=True: speed_up(model, compile, False)
+train.main(sys.argv[1:])
+PY
+pair() {  # $1 label, $2 a script instead of train.py, or "": two processes at once (study.py --per_gpu 2), each timed whole
+  local label=$1 prog=$2 t0=$(date +%s)
+  for k in 0 1; do
+    ( s=$(date +%s)
+      if [ -n "$prog" ]; then
+        TORCH_LOGS=recompiles timeout -k 10 ${LIMIT:-170} python $prog $(flags /tmp/ss/$label$k) --seed $k > $OUT/$label$k.log 2>&1
+      else
+        TORCH_LOGS=recompiles timeout -k 10 ${LIMIT:-170} python train.py $(flags /tmp/ss/$label$k) --seed $k > $OUT/$label$k.log 2>&1
+      fi
+      echo "$label$k: exit $?, the whole process $(( $(date +%s) - s )) s" ) &
+  done
+  wait
+  echo "$label: both done in $(( $(date +%s) - t0 )) s"
+  for k in 0 1; do pace $OUT/$label$k.log; done
+}
+for v in ${VARIANTS:-alone_old alone_new eager pair_new pair_old}; do
+  case $v in
+    pair_new) pair $v "" ;;
+    pair_old) pair $v "$OLD" ;;
+    alone_new) EXTRA="" run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
+    alone_old) EXTRA="" SCRIPT=$OLD run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
+    eager) EXTRA="--compile false" run $v X=1; pace $OUT/$v.log ;;
+  esac
+done
