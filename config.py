@@ -1,20 +1,12 @@
-"""train.py's command line: the table of training flags, how `--key value` flags are read and
-checked, how the settings a flag did not give are filled in (the preset's recipe, a resumed run's
-own, a checkpoint's model shape and vocabulary), and the commands a run prints at its end.
+"""train.py's command line: the table of training flags (TrainConfig), how `--key value` flags
+are read and checked, how the settings no flag gave are filled in (the preset's recipe, a resumed
+run's own, a checkpoint's model shape and vocabulary), `--help`, and the commands a run prints at
+its end. train.main calls them in order: parse_args, check_settings, start_point, model_settings,
+resolve_defaults, starting_tokenizer.
 
-    cfg, model_flags, obj_flags, given = parse_args(["--objective", "pmlm", "--lr", "3e-4"])
-    check_settings(cfg)                              # every value in range, before anything runs
-    model_dict = model_settings(cfg, model_flags)   # preset + what the objective needs + flags
-    resolve_defaults(cfg, model_dict, given)        # the recipe, seq_len, label_smoothing
-    ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given)  # --resume, --init_from
-    tok = starting_tokenizer(cfg, ckpt)              # the checkpoint's or --vocab's, or None
-    print(help_text(["--objective", "palm"]))       # what `train.py --objective palm --help` says
-
-One mechanism for every setting (nanoGPT's): a `--key value` flag for each field of TrainConfig
-below, of model.ModelConfig, and of the chosen objective's options (declared on its class,
-objectives/__init__.py's `option`). An unknown key or a value out of range is a UsageError: one
-line, exit status 2.
-
+One mechanism for every setting (nanoGPT's): a `--key value` flag for each field of TrainConfig,
+of model.ModelConfig and of the chosen objective's options (objectives/__init__.py's `option`).
+An unknown key or a value out of range is a UsageError: one line, exit status 2.
 Left out: configuration files (a shell script of flags does that job) and nested settings.
 """
 import math
@@ -33,38 +25,30 @@ from utils import UsageError, read_checkpoint
 class TrainConfig:
     objective: str = setting("pmlm", "unilm | pmlm | ernie_gen | palm | mass")
     task: str = setting("pretrain", "pretrain | seq2seq (fine-tuning on (source, target) pairs)")
-    preset: str = setting("tiny",
-                          "model size: tiny | small | base | large; model flags override it")
+    preset: str = setting("tiny", "model size: tiny | small | base | large (model flags win)")
     data: str = setting("", "pretrain: text file/folder; seq2seq: jsonl or parallel files; "
                             "'' = embedded")
     one_document_per_line: bool = setting(False, "pretrain --data: every non-empty line is a "
                                                  "document (else a blank line separates them)")
-    init_from: str = setting("", "a checkpoint to start from (fine-tuning): its weights and "
-                                 "vocabulary")
+    init_from: str = setting("", "a checkpoint to fine-tune from: its weights and vocabulary")
     vocab: str = setting("", "a vocab.txt to use instead of training one (a BERT vocab.txt works)")
     out_dir: str = setting("", "where ckpt.pt and metrics.jsonl go; '' = out/<objective>-<task>")
-    resume: bool = setting(False, "continue the run in out_dir exactly where it stopped, "
-                                  "with its settings")
-    overwrite: bool = setting(False,
-                              "start afresh in an out_dir holding a checkpoint (replacing it)")
+    resume: bool = setting(False, "continue the run in out_dir where it stopped, with its settings")
+    overwrite: bool = setting(False, "start afresh in an out_dir holding a checkpoint")
     vocab_size: int = setting(8192, "WordPiece vocabulary size when one is trained")
-    seq_len: int = setting(0, "passage / source budget in tokens; "
-                              "0 = 128 (tiny pre-training) or max_position")
+    seq_len: int = setting(0, "passage/source length; 0 = 128 (tiny pretraining) or max_position")
     batch_size: int = setting(32, "examples per rank and micro-step")
     grad_accum: int = setting(1, "micro-steps per optimizer step")
     max_steps: int = setting(600, "optimizer steps of the whole run (the schedule's length)")
     stop_at: int = setting(0, "stop after this step as if interrupted (checkpoint kept); 0 = never")
-    time_limit: float = setting(0.0, "minutes; stop at the next log step after this much training "
-                                     "time; 0 = none")
+    time_limit: float = setting(0.0, "stop at the next log step after this many minutes; 0 = none")
     lr: float = setting(2e-3, "peak learning rate")
     warmup_steps: int = setting(-1, "linear warmup steps; -1 = 5% of max_steps")
     min_lr_frac: float = setting(0.0, "the linear decay ends at lr * min_lr_frac")
-    weight_decay: float = setting(0.01,
-                                  "AdamW weight decay (not on biases, LayerNorms, position tables)")
+    weight_decay: float = setting(0.01, "AdamW weight decay (not on biases, LayerNorms, tables)")
     beta2: float = setting(0.98, "AdamW beta2")
     grad_clip: float = setting(1.0, "clip the gradient norm to this; 0 = no clipping")
-    label_smoothing: float = setting(-1.0, "-1 = 0.1 when fine-tuning (the papers' setting), "
-                                           "0 when pre-training")
+    label_smoothing: float = setting(-1.0, "-1 = 0.1 fine-tuning (the papers'), 0 pre-training")
     eval_interval: int = setting(200, "evaluate on the held-out split every this many steps")
     eval_batches: int = setting(10, "held-out batches per evaluation")
     log_interval: int = setting(10, "log (and check for a stop request) every this many steps")
@@ -72,12 +56,10 @@ class TrainConfig:
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
     compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
-    # off by default: train.py's loop packed on one H100 gains for palm (1.38x) and pmlm (1.04x)
-    # but loses for unilm (0.79x), not yet explained (bench/RESULTS.md, fifth session)
+    # off by default: it slows unilm's loop, which is host-bound (bench/RESULTS.md, sixth session)
     pack: str = setting("false", "pack several passages into each row, no padding wasted "
                                  "(fast.plan_packing): auto (CUDA) | true | false")
-    workers: int = setting(-1, "processes building batches (a DataLoader's); "
-                               "-1 = 2 on CUDA, 0 on a CPU")
+    workers: int = setting(-1, "batch-building processes (DataLoader); -1 = 2 on CUDA, 0 on a CPU")
     cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")
     progress: bool = setting(True, "show progress bars (the evaluation lines print either way)")
 
@@ -93,17 +75,13 @@ SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_posit
               "rel_pos_buckets", "rel_pos_max_distance")
 # the sequence budget of the tiny preset's pre-training: a laptop's
 TINY_SEQ_LEN = 128
-# special tokens around a pre-training passage ([SOS] S1 [EOS] S2 [EOS]): seq_len minus these is
-# the passage budget (data.make_passages)
+# [SOS] S1 [EOS] S2 [EOS]: seq_len minus these is a passage's budget (data.make_passages)
 PASSAGE_SPECIALS = 3
-# The tiny preset is the laptop's recipe, chosen by measurement (bench/recipe_sweep.py,
-# bench/RESULTS.md): a fresh run of a tiny model (or a fine-tuning of one) takes these values for
-# the settings no flag gives.
+# the tiny preset's recipe, measured on a laptop (bench/recipe_sweep.py), where no flag gives one
 RECIPES = {"tiny": dict(vocab_size=4096, lr=1e-3, batch_size=16, max_steps=2200)}
 
 
-# --------------------------------------------------------------------------------------------------
-# Flags -> values
+# --- Flags -> values ------------------------------------------------------------------------------
 
 
 def parse_value(text, default, key):
@@ -148,8 +126,7 @@ def model_fields():
 
 
 def parse_args(argv):
-    """-> (TrainConfig, model flags, objective flags, the keys given); unknown keys list the known
-    ones."""
+    """-> (TrainConfig, model flags, objective flags, the keys given); an unknown key: an error."""
     raw = split_argv(argv)
     name = raw.get("objective") or TrainConfig.objective
     if name not in OBJECTIVES:
@@ -174,8 +151,7 @@ def parse_args(argv):
 
 
 def check_settings(cfg):
-    """Every value in range, before anything is read or written: one clear error, never a hang or a
-    crash."""
+    """Every value in range, before anything is read or written: one clear error, never a crash."""
     at_least_one = ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
                     "ckpt_interval")
     for key in at_least_one:
@@ -207,13 +183,11 @@ def check_settings(cfg):
                          "checkpoint: pick one")
 
 
-# --------------------------------------------------------------------------------------------------
-# The settings no flag gave
+# --- The settings no flag gave --------------------------------------------------------------------
 
 
 def model_settings(cfg, model_flags, ckpt=None):
-    """ModelConfig fields: the preset, what the objective needs, the checkpoint's shapes, then the
-    flags."""
+    """ModelConfig fields: the preset, the objective's needs, a checkpoint's shapes, the flags."""
     needs = objective_class(cfg.objective).model_defaults
     model_dict = {**M.PRESETS[cfg.preset], **needs}
     if ckpt is not None:
@@ -228,12 +202,12 @@ def model_settings(cfg, model_flags, ckpt=None):
     return model_dict
 
 
-def resolve_defaults(cfg, model_dict, given=(), preset=None):
-    """The settings whose default depends on the run: the preset's recipe (preset: the
-    checkpoint's when fine-tuning), seq_len, label_smoothing. Stored resolved in the checkpoint, so
-    a resumed run is exact."""
+def resolve_defaults(cfg, model_dict, given=(), ckpt=None):
+    """The settings whose default depends on the run: the preset's recipe (when fine-tuning, the
+    checkpoint's preset), seq_len, label_smoothing; stored resolved, so a resumed run is exact."""
+    preset = (ckpt or {}).get("train_config", {}).get("preset") or cfg.preset
     if not cfg.resume:
-        for key, value in RECIPES.get(preset or cfg.preset, {}).items():
+        for key, value in RECIPES.get(preset, {}).items():
             if key not in given:
                 setattr(cfg, key, value)
     if not cfg.seq_len:
@@ -252,8 +226,7 @@ def resolve_defaults(cfg, model_dict, given=(), preset=None):
 
 
 def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
-    """A resumed run takes every setting from its checkpoint; a flag given again may only change a
-    safe one."""
+    """A resumed run keeps its checkpoint's settings; a flag given again may change a safe one."""
     saved = ckpt["train_config"]
     theirs = f"{saved['objective']}/{saved['task']}"
     if {"objective", "task"} & given and f"{cfg.objective}/{cfg.task}" != theirs:
@@ -264,22 +237,19 @@ def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
               for k, v in model_flags.items()
               if k not in SAFE_MODEL_ON_RESUME and v != ckpt["model_config"][k]]
     diffs += [f"{k}: checkpoint {ckpt['objective_options'].get(k)} vs now {v}"
-              for k, v in obj_flags.items()
-              if v != ckpt["objective_options"].get(k)]
+              for k, v in obj_flags.items() if v != ckpt["objective_options"].get(k)]
     if diffs:
         raise UsageError(f"{path}: a resumed run keeps its settings, and these differ: "
                          f"{'; '.join(diffs)}. Safe to change on --resume: "
                          f"{sorted(SAFE_ON_RESUME | SAFE_MODEL_ON_RESUME)}")
-    # safe settings given again win; the ones that only steer one invocation
-    # (a --stop_at of the first run must not stop the second) are this invocation's, given or not
+    # safe settings given again win; those steering one invocation (--stop_at) are always this one's
     merged = {**saved, **{k: getattr(cfg, k) for k in SAFE_ON_RESUME
                           if k in given or k in PER_INVOCATION}}
     # (a checkpoint written before a setting existed gets that setting's default)
     return TrainConfig(**merged), dict(ckpt["objective_options"])
 
 
-# --------------------------------------------------------------------------------------------------
-# A checkpoint's settings: the run to resume, the model to fine-tune
+# --- A checkpoint's settings: the run to resume, the model to fine-tune ---------------------------
 
 
 def out_dir_of(cfg):
@@ -287,8 +257,7 @@ def out_dir_of(cfg):
 
 
 def start_point(cfg, model_flags, obj_flags, given, world=1):
-    """-> (checkpoint dict or None, settings, objective options) for a fresh, resumed or
-    fine-tuning run (world: the processes of this one)."""
+    """-> (checkpoint or None, settings, objective options): a fresh, resumed or fine-tuning run."""
     out_dir = out_dir_of(cfg)
     if cfg.resume:
         path = out_dir / "ckpt.pt"
@@ -308,8 +277,7 @@ def start_point(cfg, model_flags, obj_flags, given, world=1):
     if ckpt and "preset" in given and cfg.preset != theirs:
         raise UsageError(f"--preset {cfg.preset} with --init_from: the checkpoint fixes the "
                          f"model's shape (it is a {theirs} model); drop --preset")
-    # the checkpoint's vocabulary: its size, or the --vocab_size it was trained with (a small corpus
-    # may give fewer pieces than asked for)
+    # its vocabulary's size, or the --vocab_size it was trained with (a small corpus gives fewer)
     its_sizes = (len(ckpt["vocab"]), ckpt.get("train_config", {}).get("vocab_size")) if ckpt else ()
     if ckpt and "vocab_size" in given and cfg.vocab_size not in its_sizes:
         raise UsageError(f"--vocab_size {cfg.vocab_size} with --init_from: the checkpoint's "
@@ -346,8 +314,7 @@ def check_compatible(ckpt, model_cfg, tok, path):
         raise UsageError(f"{path} does not fit this model: " + "; ".join(diffs))
 
 
-# --------------------------------------------------------------------------------------------------
-# The commands a run prints at its end
+# --- The commands a run prints at its end ---------------------------------------------------------
 
 
 def resume_command(cfg, world):
@@ -372,14 +339,12 @@ def next_command(cfg):
             f"--output {out_dir_of(cfg) / (split + '.hyp')} --beam 5")
 
 
-# --------------------------------------------------------------------------------------------------
-# --help
+# --- --help ---------------------------------------------------------------------------------------
 
 
 def help_text(argv, intro=""):
-    """Every setting with the value THIS run would use (the preset's recipe and model shape, what
-    the objective needs, the flags given) and its one-line description:
-    python train.py [--objective X] [--preset P] [any flag] --help."""
+    """Every setting, the value THIS run would use (recipe, model shape, objective's needs, flags)
+    and its one-line description: python train.py [--objective X] [any flag] --help."""
     cfg, model_flags, obj_flags, given = parse_args(argv)
     check_settings(cfg)
     model_dict = model_settings(cfg, model_flags)

@@ -1,24 +1,17 @@
 """Greedy and beam search with a KV cache: ONE incremental decoder for every objective.
-docs/decoding.md traces the steps, the beam bookkeeping and the CUDA-graph path.
 
-The source `[SOS] src [EOS]` sits at positions 0..S-1 (segment segments[0]) and is encoded once into
-a KV cache (model.KVCache); step t runs only its new tokens (segment segments[1]):
+The source `[SOS] src [EOS]` (positions 0..S-1, segment segments[0]) is encoded once into a KV
+cache (model.KVCache); step t runs only its new tokens (segment segments[1]):
     query token q ([MASK] UniLM 2.5, [P] UniLMv2 3.4, [ATTN] ERNIE-GEN 3.3): y_{t-1} @ S+t-1 and
         q @ S+t; y_t is read at q, then y_{t-1} is committed to the cache and q dropped.
     no query token (PALM 2.3, MASS): y_{t-1} @ S+t (y_{-1} = [SOS]) predicts y_t and is committed.
-Both are objectives/masks.py's rule: the source is CTX, target column i ORIG of step i + 1, the
-query PSEUDO of its step. `use_cache=False` (--no_cache) recomputes every column every step: the
-reference the tests hold the cache to. On CUDA the cached steps run in the GPU speed layer
-(fast.StaticStep, replayed as a CUDA graph) and so does the search (fast.beam_search and
-fast.greedy: the same results as beam_search and greedy here, with no host sync a step);
---no_cuda_graph keeps the readable decoder and search.
-Beam search: GNMT's length penalty (Wu et al. 2016, section 7), a source ends at K finished
-hypotheses (fairseq's rule); no-repeat n-grams as the official UniLM decoder, an n-gram holding an
-ignore word (default ".") may repeat.
+Their mask is objectives/masks.py's rule. `use_cache=False` (--no_cache) recomputes every column
+every step: the reference the tests hold the cache to. Beam search: GNMT's length penalty (Wu et
+al. 2016, section 7), K finished hypotheses end a source (fairseq), no-repeat n-grams as UniLM's
+decoder. On CUDA the steps and the search run in the fast layer (fast.StaticStep replayed as a
+CUDA graph, fast.beam_search); --no_cuda_graph keeps the readable ones. docs/decoding.md traces it.
 
 Run:  python generate.py --ckpt out/model.pt --input test.src --output test.hyp --beam 5
-A pre-training checkpoint is refused (fine-tune it first); a bad flag or file is one line,
-`generate.py: error: ...`, exit status 2.
 Left out: sampling (top-k / nucleus), diverse beams, constrained decoding.
 """
 import argparse
@@ -254,7 +247,6 @@ def beam_search(dec, K, max_len, alpha, rules):
     B = len(dec.src_len)
     eos = rules["eos"]
     dev = dec.src_ids.device
-    # rows: source b, beam k -> b * K + k
     scores = start_beams(dec, K)
     finished = [[] for _ in range(B)]
     active = list(range(B))                                    # the source of each block of K rows
@@ -306,9 +298,7 @@ def decoding_rules(tok, min_len, no_repeat_ngram, ignore_ids, device):
     if ignore_ids is None:
         ignore_ids = [i for i in (tok.token_to_id("."),) if i is not None]
     banned = sorted(tok.special_ids - {tok.eos_id, tok.unk_id})
-    ignore = None
-    if ignore_ids:
-        ignore = torch.tensor(list(ignore_ids), device=device, dtype=torch.long)
+    ignore = torch.tensor(list(ignore_ids), device=device, dtype=torch.long) if ignore_ids else None
     return dict(eos=tok.eos_id, min_len=min_len, no_repeat_ngram=no_repeat_ngram, ignore=ignore,
                 banned=torch.tensor(banned, device=device, dtype=torch.long))
 
@@ -322,13 +312,10 @@ def max_source_len(model, max_len):
 def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, length_penalty=1.0,
              no_repeat_ngram=3, ignore_ids=None, n_best=1, use_cache=True, batch_size=32,
              progress=False, cuda_graph=None, fast_search=None):
-    """Decode token-id sources -> for each, up to n_best (token_ids, score) pairs, best first.
-
-    token_ids exclude the final [EOS]; score = sum of log-probs / ((5 + len) / 6)^length_penalty.
-    beam_size 1 is greedy search. Sources too long for max_position are cut (with a warning).
-    cuda_graph: see graph_step. fast_search: None runs the fast layer's search where the CUDA graph
-    runs, True and False always and never (tests force it on a CPU).
-    """
+    """Decode token-id sources -> for each, up to n_best (token_ids without the final [EOS],
+    score = sum of log-probs / gnmt_penalty) pairs, best first; beam_size 1 is greedy search.
+    Sources too long for max_position are cut (a warning). cuda_graph: see graph_step.
+    fast_search: the fast layer's search where the CUDA graph runs (None), always, or never."""
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
     if not 0 <= min_len <= max_len or max_len < 1:
@@ -385,8 +372,7 @@ def generate_text(model, tokenizer, objective, texts, **kwargs):
 
 @torch.no_grad()
 def show_summary(model, objective, example, n_tokens=48):
-    """What a fine-tuning run prints at each evaluation (train.py): a held-out source, the model's
-    greedy output and the reference."""
+    """What a fine-tuning run prints at each evaluation: a source, the greedy output, the answer."""
     tok = objective.tok
     # eagerly: capturing a CUDA graph for one short sample mid-training costs more than it saves
     hyp = generate(model, objective, [example[0]], beam_size=1, max_len=32,
@@ -397,9 +383,8 @@ def show_summary(model, objective, example, n_tokens=48):
 
 @torch.no_grad()
 def score_targets(model, objective, sources, targets, use_cache=True, cuda_graph=None):
-    """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each target
-    as given (add the final [EOS] to score it). Tests compare these with the fine-tuning batch's:
-    a layout mismatch between training and decoding shows up here."""
+    """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each target as
+    given (add [EOS] to score it); tests hold it to the fine-tuning batch's (the same layout)."""
     forced = pad(targets, objective.tok.eos_id)                                # (N, T)
     dec = Decoder(model, objective, sources, forced.size(1), use_cache, cuda_graph)
     forced = forced.to(dec.src_ids.device)
@@ -442,18 +427,13 @@ PROG = "generate.py"
 
 def read_sources(path):
     """One source a line, or jsonl with a "src" field; blank lines are kept (as "")."""
-    if not os.path.isfile(path):
-        raise DataError(f"input not found: {path}")
     lines = read_lines(path)
     if not str(path).endswith(".jsonl"):
         return lines
     out = []
     for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            out.append("")
-            continue
         try:
-            src = json.loads(line)["src"]
+            src = json.loads(line)["src"] if line.strip() else ""
         except (json.JSONDecodeError, KeyError, TypeError):
             src = None
         if not isinstance(src, str):
@@ -479,19 +459,14 @@ def check_output(path):
 
 def check_args(args):
     """Every flag, before anything slow runs; a mistake is a UsageError (one line, exit 2)."""
-    if args.beam < 1:
-        raise UsageError(f"--beam must be >= 1, got {args.beam}")
-    if args.max_len < 1:
-        raise UsageError(f"--max_len must be >= 1, got {args.max_len}")
+    for key, low in (("beam", 1), ("max_len", 1), ("batch_size", 1), ("no_repeat_ngram", 0)):
+        if getattr(args, key) < low:
+            raise UsageError(f"--{key} must be >= {low}, got {getattr(args, key)}")
     if not 0 <= args.min_len <= args.max_len:
         raise UsageError(f"--min_len must be between 0 and --max_len ({args.max_len}), "
                          f"got {args.min_len}")
     if not 1 <= args.n_best <= args.beam:
         raise UsageError(f"--n_best must be between 1 and --beam ({args.beam}), got {args.n_best}")
-    if args.batch_size < 1:
-        raise UsageError(f"--batch_size must be >= 1, got {args.batch_size}")
-    if args.no_repeat_ngram < 0:
-        raise UsageError(f"--no_repeat_ngram must be >= 0 (0 = off), got {args.no_repeat_ngram}")
     if not math.isfinite(args.length_penalty):
         raise UsageError(f"--length_penalty must be a finite number, got {args.length_penalty}")
     # the same words as utils.read_checkpoint, checked before the slow part
@@ -507,8 +482,7 @@ def check_args(args):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--input", required=True,
-                   help="one source a line, or .jsonl with a \"src\" field")
+    p.add_argument("--input", required=True, help="one source a line, or .jsonl with a \"src\"")
     p.add_argument("--output", required=True)
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--length_penalty", type=float, default=1.0)
@@ -516,14 +490,11 @@ def parse_args(argv=None):
     p.add_argument("--max_len", type=int, default=64)
     p.add_argument("--no_repeat_ngram", type=int, default=3, help="0 = off")
     p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--n_best", type=int, default=1,
-                   help="> 1 writes a JSON list of {text, score} a line")
+    p.add_argument("--n_best", type=int, default=1, help="> 1: a JSON list of {text, score} a line")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--no_cache", action="store_true",
-                   help="recompute every token at every step (the reference)")
+    p.add_argument("--no_cache", action="store_true", help="recompute every token, every step")
     p.add_argument("--no_cuda_graph", action="store_true",
-                   help="decode with the readable KV cache on a GPU too (by default every step "
-                        "is replayed as a CUDA graph there)")
+                   help="on a GPU too, the readable KV cache and search (not the CUDA graph)")
     return p.parse_args(argv)
 
 
@@ -540,9 +511,8 @@ def run(args):
                          f"(max_position {model.config.max_position})")
     # blank lines stay blank
     keep = [i for i, t in enumerate(texts) if t.strip()]
-    amp = contextlib.nullcontext()
-    if device.type == "cuda":
-        amp = torch.autocast("cuda", torch.bfloat16)
+    cuda = device.type == "cuda"
+    amp = torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext()
     with amp:
         hyps = generate(model, objective, [tok.encode(texts[i]) for i in keep],
                         beam_size=args.beam, max_len=args.max_len, min_len=args.min_len,

@@ -1,21 +1,16 @@
-"""The one Transformer backbone every objective in unigen runs on (docs/model.md tells more).
-
-A BERT-sized encoder in nanoGPT style: token + absolute position + segment embeddings, pre-LN
-blocks, a final LayerNorm, and heads called separately:
+"""The one Transformer backbone every objective runs on: a BERT-sized encoder in nanoGPT style
+(token + absolute position + segment embeddings, pre-LN blocks, a final LayerNorm), heads apart:
 
     h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
     logits = model.lm_logits(h)                                 # tied to the embedding, with bias
     nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
     logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
 
-Position ids are always explicit ([P] and [ATTN] reuse their token's). The mask is a `Mask`: the
-dense (B, L, L) bool tensor (True = query i may attend key j) or a MaskSpec built here. One entry
-point, `attention()`, two paths the tests hold equal: naive (written out) and sdpa (fused). The
-relative position bias (UniLMv2 4.1, T5's buckets) is computed once per forward; `KVCache` lets
-generate.py run only each step's new tokens. The GPU speed layer, fast/, is reached by
-`attn_impl="flex"` and `fast.speed_up(model)`; on a CPU nothing here uses it.
-Left out: rotary embeddings, GQA, MoE; pre-LN where the papers' BERT is post-LN (say so when
-comparing).
+Position ids are explicit ([P] and [ATTN] reuse their token's); the mask is a `Mask`. Here too:
+`attention()` (naive and sdpa), the relative position bias (UniLMv2 4.1), the readable `KVCache`.
+The GPU layer fast/ is reached by `attn_impl="flex"` and `fast.speed_up(model)`, never on a CPU.
+docs/model.md tells the longer story. Left out: rotary embeddings, GQA, MoE; pre-LN, where the
+papers' BERT is post-LN.
 """
 import math
 from dataclasses import asdict, dataclass, field, fields
@@ -39,23 +34,17 @@ def setting(default, help):
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = setting(8192,
-                              "tokens in the vocabulary (train.py sets it from the tokenizer)")
+    vocab_size: int = setting(8192, "tokens in the vocabulary (train.py: the tokenizer's)")
     n_layer: int = setting(4, "Transformer blocks")
     n_head: int = setting(4, "attention heads per block")
     n_embd: int = setting(256, "model width d")
     ffn_dim: int = setting(1024, "inner width of the feed-forward layer")
-    max_position: int = setting(512, "absolute position table size: the longest sequence "
-                                     "(positions reused)")
-    n_segment: int = setting(6,
-                             "segment embeddings (UniLM uses 6 segment ids as LM identifiers, 2.2)")
+    max_position: int = setting(512, "absolute position table size: the longest sequence")
+    n_segment: int = setting(6, "segment embeddings (UniLM's 6 LM identifiers, 2.2)")
     dropout: float = setting(0.1, "dropout on embeddings, attention weights and residual branches")
-    rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; "
-                                      "UniLMv2 (4.1) uses 32")
-    rel_pos_max_distance: int = setting(128, "distance beyond which relative positions share "
-                                             "the last bucket")
-    attn_impl: str = setting("sdpa", "attention path: naive (written out) | sdpa (fused) | "
-                                     "flex (FlexAttention, CUDA)")
+    rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; UniLMv2 (4.1): 32")
+    rel_pos_max_distance: int = setting(128, "distances beyond this share the last bucket")
+    attn_impl: str = setting("sdpa", "attention: naive (written out) | sdpa | flex (CUDA only)")
     copy_head: bool = setting(False, "add PALM's pointer-generator copy head (2.3)")
     layer_norm_eps: float = setting(1e-12, "LayerNorm epsilon (BERT's 1e-12)")
 
@@ -92,9 +81,7 @@ ATTN_IMPLS = ("naive", "sdpa", "flex")
 # --- Attention: one entry point, two paths --------------------------------------------------------
 def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
     """Masked multi-head attention. q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool,
-    True = "query i may attend key j", at least one key a row; bias: None or (B, H, Lq, Lk), the
-    relative position bias, -inf where the mask says no (Transformer.encode makes both).
-    flex: the GPU speed layer's FlexAttention (fast.flex)."""
+    True = "query i may attend key j"; bias: None or (B, H, Lq, Lk), -inf where the mask says no."""
     if impl == "naive":
         return naive_attention(q, k, v, mask, bias, dropout_p)
     if impl == "flex":
@@ -109,8 +96,7 @@ def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))            # (B, H, Lq, Lk)
     if bias is not None:
         scores = scores + bias
-    # -inf makes a forbidden key's weight exactly 0, so its gradient is exactly 0 too
-    # (the leakage tests rely on it)
+    # -inf: a forbidden key's weight, and so its gradient, is exactly 0 (the leakage tests' rule)
     scores = scores.masked_fill(~mask[:, None], float("-inf"))
     weights = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return weights @ v                                                  # (B, H, Lq, D)
@@ -167,8 +153,8 @@ class RelativePositionBias(nn.Module):
         return self.distance_bucket[rel + self.offset]
 
     def lookup(self, buckets):
-        """The table's rows by index_select -> (B, H, Lq, Lk): self.table(buckets), with a backward
-        3.5x faster on a CPU than the embedding's (docs/model.md)."""
+        """self.table(buckets) -> (B, H, Lq, Lk) by index_select: a faster backward
+        (docs/model.md, 'The relative position bias')."""
         rows = self.table.weight.index_select(0, buckets.flatten())    # (B * Lq * Lk, H)
         bias = rows.view(*buckets.shape, -1)                            # (B, Lq, Lk, H)
         return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
@@ -176,9 +162,8 @@ class RelativePositionBias(nn.Module):
 
 # --- KV cache for incremental decoding ------------------------------------------------------------
 class KVCache:
-    """Per-layer keys and values (and positions, for the relative bias) of the tokens so far. A
-    forward with a cache attends to cache + new; the new K/V wait in `pending` until `commit(n)`
-    keeps the first n of them (a step's query token is then dropped)."""
+    """Per-layer keys, values (and positions) of the tokens so far. A forward attends to cache +
+    new; the new K/V wait in `pending` until `commit(n)` keeps the first n (not a query token)."""
 
     def __init__(self, n_layer):
         self.k = [None] * n_layer            # each (B, H, Lc, D)
@@ -191,8 +176,7 @@ class KVCache:
         return 0 if self.pos is None else self.pos.size(1)
 
     def key_positions(self, position_ids):
-        """Position ids (B, Lc + L) of the keys a forward attends to: the cached tokens' and the
-        new ones, position_ids (B, L). Called once per forward, before the layers."""
+        """position_ids (B, L) of the new tokens -> (B, Lc + L) of every key (once per forward)."""
         self.pending_pos = position_ids
         if not len(self):
             return position_ids
@@ -267,8 +251,7 @@ class Block(nn.Module):
 
 def additive_scores(hm, ws, w):
     """PALM's Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d),
-    ws (B, T, d) -> (B, T, S), through a (B, T, S, d) tensor kept for backward (fast/ fuses
-    it)."""
+    ws (B, T, d) -> (B, T, S), through a (B, T, S, d) tensor kept for backward (fast/ fuses it)."""
     return (torch.tanh(hm[:, None] + ws[:, :, None]) * w).sum(-1)     # (B, T, S, d) -> (B, T, S)
 
 
@@ -277,21 +260,15 @@ class PointerGenerator(nn.Module):
 
     s: decoder states s_t (B, T, d); h: context states h_l (B, S, d); src_ids (B, S) the context
     tokens; src_mask (B, S) True = may be copied (real, non-special, not [MASK]).
-      P^v     = softmax(W^e (W^v s_t + b^v))                   (Eq. 2: model.lm_logits, tied to
-                                                                the embedding)
+      P^v     = softmax(W^e (W^v s_t + b^v))                   (Eq. 2: model.lm_logits, tied)
       e_t,l   = w^c . tanh(W^m h_l + W^s s_t + b^c)            (Eq. 3)
       alpha_t = softmax_l(e_t) over the copyable positions      (Eq. 4)
       z_t     = sum_l alpha_t,l h_l                            (Eq. 5)
       P^c(y)  = sum_{l: x_l = y} alpha_t,l  (scatter-add)     (Eq. 6: repeated tokens add up)
       P(y)    = lambda P^v(y) + (1 - lambda) P^c(y)            (Eq. 7)
-      lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 8: lambda is the share
-                                                                GENERATED, not copied)
-    P^v is the MLM head (BERT's dense + GELU + LayerNorm, then the tied embedding), where Eq. 2 has
-    one affine map. `forward` -> (log P (B, T, V), lambda (B, T), alpha (B, T, S)); training calls
-    `attend` and `mix(..., target=y)` (log P(y) only). After the scores everything is fp32 and in
-    log space; a source with nothing to copy gets alpha = 0, lambda = 1. `attend(..., chunk=k)`
-    computes the scores k steps at a time, checkpointed (memory measured in docs/model.md).
-    Left out: the "extended vocabulary" (WordPiece has no OOV words; [UNK] is never copied).
+      lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 8: the share GENERATED)
+    Training calls `attend` and `mix(..., target=y)`. docs/model.md, "PALM's pointer-generator":
+    our P^v (the MLM head), why fp32 and log space, what `chunk` saves, what is left out.
     """
 
     @staticmethod
@@ -314,10 +291,8 @@ class PointerGenerator(nn.Module):
         return scores(hm, self.W_s(s), self.w_c.weight[0])
 
     def attend(self, s, h, src_mask, chunk=None):
-        """-> alpha (B, T, S) fp32 (Eq. 3-4) and the gate's logit (B, T) fp32 (Eq. 5, 8).
-
-        chunk None: every decoder step at once; k: k steps at a time, checkpointed when training.
-        """
+        """-> alpha (B, T, S) fp32 (Eq. 3-4) and the gate's logit (B, T) fp32 (Eq. 5, 8). chunk k:
+        the scores k decoder steps at a time, checkpointed when training (None: all at once)."""
         hm = self.W_m(h)                                        # (B, S, d), shared by every step t
         T = s.size(1)
         step = chunk or max(T, 1)
@@ -327,8 +302,7 @@ class PointerGenerator(nn.Module):
             scores = lambda *x: torch.utils.checkpoint.checkpoint(self._scores, *x,
                                                                   use_reentrant=False)
         parts = [scores(hm, s[:, i:i + step]) for i in range(0, T, step)]
-        e = torch.cat(parts, dim=1)                             # (B, T, S)
-        e = self._fp32(e)
+        e = self._fp32(torch.cat(parts, dim=1))                 # (B, T, S)
         has_src = src_mask.any(-1)[:, None]                     # (B, 1)
         e = e.masked_fill(~src_mask[:, None, :], float("-inf"))
         e = e.masked_fill(~has_src[..., None], 0.0)
@@ -340,11 +314,8 @@ class PointerGenerator(nn.Module):
 
     @staticmethod
     def mix(vocab_logits, alpha, gate_logit, src_ids, target=None):
-        """Eq. 6-7 for rows (...): vocab_logits (..., V), alpha and src_ids (..., S),
-        gate_logit (...).
-
-        target None -> log P over the vocabulary (..., V); target (...) -> log P(target) (...).
-        """
+        """Eq. 6-7 for rows (...): vocab_logits (..., V), alpha and src_ids (..., S), gate_logit
+        (...) -> log P over the vocabulary (..., V), or with target (...) log P(target) (...)."""
         log_lam = F.logsigmoid(gate_logit)                      # log lambda
         log_1m_lam = F.logsigmoid(-gate_logit)                  # log(1 - lambda)
         log_pv = PointerGenerator._fp32(vocab_logits).log_softmax(dim=-1)
@@ -358,16 +329,12 @@ class PointerGenerator(nn.Module):
         # log P^c = -inf where y cannot be copied. The clamp keeps the branch torch.where discards
         # finite, so its (zero) gradient stays 0 instead of 0 * inf = NaN.
         log_pc = torch.where(pc > 0, pc.clamp_min(torch.finfo(pc.dtype).tiny).log(), float("-inf"))
-        # Eq. 7 in log space; log lambda + log P^v is always finite, so logaddexp's gradient is
-        # never 0/0
+        # Eq. 7 in log space; log lambda + log P^v is finite: logaddexp's gradient is never 0/0
         return torch.logaddexp(log_lam + log_pv, log_1m_lam + log_pc)
 
     def forward(self, vocab_logits, s, h, src_ids, src_mask, force_lambda=None):
-        """-> log P (B, T, V), lambda (B, T), alpha (B, T, S).
-
-        force_lambda fixes the gate, for looking only: 1.0 gives P^v, 0.0 gives P^c, whose log is
-        -inf (and whose gradient is NaN) at every token outside the context.
-        """
+        """-> log P (B, T, V), lambda (B, T), alpha (B, T, S). force_lambda fixes the gate, for
+        looking only: 1.0 gives P^v, 0.0 gives P^c (log -inf, gradient NaN outside the context)."""
         alpha, gate_logit = self.attend(s, h, src_mask)
         if force_lambda is not None:
             fixed_logit = float(torch.logit(torch.tensor(float(force_lambda))))
@@ -392,8 +359,7 @@ class Transformer(nn.Module):
                                                  cfg.n_head, cfg.max_position)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        # LM head: BERT's transform (dense, GELU, LN), the token embedding transposed, a bias
-        # (PALM's Eq. 2: P^v = softmax(W^e (W^v s_t + b^v)), W^e tied to the embedding)
+        # LM head: BERT's transform (dense, GELU, LN), the tied embedding, a bias (PALM's Eq. 2)
         self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(),
                                           nn.LayerNorm(d, eps=cfg.layer_norm_eps))
         self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
@@ -413,8 +379,7 @@ class Transformer(nn.Module):
     # --- the backbone -----------------------------------------------------------------------------
     def embed(self, input_ids, position_ids, segment_ids):
         """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
-        # a clear error for too long an input where the check is free (on a GPU it would wait for
-        # the GPU; there the embedding's own bounds check stops a bad id)
+        # a clear error where the check is free (a GPU would wait; there the embedding's stops it)
         if not position_ids.is_cuda and position_ids.max() >= self.config.max_position:
             raise ValueError(f"position id {int(position_ids.max())} >= max_position "
                              f"{self.config.max_position}; truncate the input (train.py does) "
@@ -424,7 +389,7 @@ class Transformer(nn.Module):
 
     def encode(self, x, position_ids, attn_mask: Mask, cache=None):
         """Run the blocks over embeddings x (B, L, d). attn_mask: (B, L, Lc + L) bool with Lc
-        cached keys, or a MaskSpec built here (dense; for flex, the fast layer's block-sparse mask)."""
+        cached keys, or a MaskSpec built here (dense; for flex, fast/'s block-sparse mask)."""
         if isinstance(attn_mask, MaskSpec):
             if self.config.attn_impl == "flex" and cache is None:
                 return fast.encode_flex(self, x, position_ids, attn_mask)
@@ -467,8 +432,7 @@ class Transformer(nn.Module):
     def num_params(self, non_embedding=True):
         n = sum(p.numel() for p in self.parameters())
         if non_embedding:
-            n -= (self.pos_emb.weight.numel() + self.tok_emb.weight.numel()
-                  + self.seg_emb.weight.numel())
+            n -= sum(e.weight.numel() for e in (self.tok_emb, self.pos_emb, self.seg_emb))
         return n
 
     def describe(self):
@@ -479,9 +443,8 @@ class Transformer(nn.Module):
                 f"parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings)")
 
     def estimate_flops(self, seq_len, pred_frac=1.0):
-        """Training FLOPs per token (forward + backward) at sequence length seq_len:
-        6 N + 12 n_layer d seq_len + 6 d V pred_frac (Kaplan et al. 2020, the PaLM paper; the tied
-        head runs at the predicted rows only; docs/model.md derives it)."""
+        """Training FLOPs per token at sequence length seq_len: 6 N + 12 n_layer d seq_len + 6 d V
+        pred_frac (Kaplan et al. 2020, the PaLM paper; docs/model.md derives it)."""
         cfg = self.config
         # the LM bias is not a matmul
         n_body = self.num_params() - cfg.vocab_size

@@ -6,25 +6,16 @@
     python train.py --task seq2seq --init_from out/pmlm-pretrain/ckpt.pt  # fine-tune: docsum
     python train.py --resume --out_dir out/pmlm-pretrain                  # continue exactly
 
-Every setting is a `--key value` flag (config.py): the training settings (config.TrainConfig), any
-model.ModelConfig field (`--n_layer 4 --attn_impl naive`), and the chosen objective's options
-(declared in its class, e.g. objectives/pmlm.py). A mistake is one line, exit status 2.
+Every setting is a `--key value` flag (config.py): TrainConfig's, ModelConfig's (`--n_layer 4`)
+and the objective's options (e.g. objectives/pmlm.py). A mistake is one line, exit status 2.
 
-The run, in the order this file reads (main, at the end, calls the phases in turn):
-  1. settings       flags -> TrainConfig, model fields, objective options, all checked (config.py)
-  2. distributed    under torchrun: DDP, NCCL on GPUs, gloo on CPUs (utils.setup_distributed)
-  3. start point    fresh, --resume (the checkpoint's own settings) or --init_from (fine-tuning)
-  4. data           vocabulary and tokenized corpus, cached (data.py); the objective's `prepare`
-  5. model          preset + what the objective needs + the flags; on a GPU, the fast layer
-  6. optimizer      AdamW, linear warmup then linear decay, accumulation, clipping, bf16 on CUDA
-  7. the loop       batches (data.StepBatches) -> loss (LossModule) -> backward -> step; log
-                    (tqdm + metrics.jsonl), evaluate, checkpoint
-  8. the end        Ctrl-C / SIGTERM, --stop_at, --time_limit or max_steps: a checkpoint (written
-                    atomically), and what to run next
+The run reads top to bottom in numbered phases, which main (at the end) calls in turn:
+1. settings (config.py), 2. distributed set-up, 3. start point (fresh, --resume, --init_from),
+4. data, 5. model (on a GPU, the fast layer), 6. optimizer, 7. the loop (batches -> loss ->
+backward -> step; log, evaluate, checkpoint), 8. the end (a checkpoint, what to run next).
 docs/how-it-fits-together.md follows `--objective pmlm` through these phases to the loss.
 
-Left out: multi-node launching (torchrun's own --nnodes does it), FSDP/tensor parallelism,
-fp16 loss scaling.
+Left out: multi-node launching (torchrun's --nnodes), FSDP/tensor parallelism, fp16 loss scaling.
 """
 import functools
 import json
@@ -60,14 +51,12 @@ from utils import (Dist, UsageError, check_replicas_agree, exit_with_error, mast
 # 3. Start point: config.start_point (a fresh run, a run to resume, or a checkpoint to fine-tune)
 
 
-# --------------------------------------------------------------------------------------------------
-# 4. Data
+# --- 4. Data --------------------------------------------------------------------------------------
 
 
 def load_data(cfg, obj_opts, tok, show):
-    """-> (tokenizer, {"train", "valid"} examples, objective options, info): the corpus
-    (pretrain) or the (source, target) pairs (seq2seq), then what the objective prepares from the
-    training split (its `prepare` hook)."""
+    """-> (tokenizer, {"train", "valid"} examples, objective options, info): the corpus or the
+    (source, target) pairs, then what the objective prepares from the training split."""
     source = cfg.data or None
     if cfg.task == "pretrain":
         tok, splits, info = data.prepare_pretrain(source, cfg.vocab_size, cfg.cache_dir,
@@ -87,13 +76,11 @@ def load_data(cfg, obj_opts, tok, show):
     return tok, splits, obj_opts, info
 
 
-# --------------------------------------------------------------------------------------------------
-# 5. Model
+# --- 5. Model -------------------------------------------------------------------------------------
 
 
 def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
-    """-> (model on its device, objective); a checkpoint's weights loaded (strictly when
-    resuming: fine-tuning may add a head the pre-trained model did not have)."""
+    """-> (model on its device, objective), a checkpoint's weights loaded (strictly on --resume)."""
     try:
         model_cfg = M.ModelConfig.from_dict({**model_dict, "vocab_size": len(tok)})
         objective = get_objective(cfg.objective, tok, task=cfg.task, max_len=model_cfg.max_position,
@@ -144,13 +131,11 @@ def packing(cfg, model, device):
     return functools.partial(fast.plan_packing, key_cost=key_cost)
 
 
-# --------------------------------------------------------------------------------------------------
-# 6. Optimizer and schedule
+# --- 6. Optimizer and schedule --------------------------------------------------------------------
 
 
 def make_optimizer(model, cfg, device):
-    """AdamW; no weight decay on biases, LayerNorms, and the position/segment/relative-bias
-    tables."""
+    """AdamW; no weight decay on biases, LayerNorms and position/segment/relative-bias tables."""
     no_decay_names = ("pos_emb", "seg_emb", "rel_bias")
     decay = []
     no_decay = []
@@ -172,10 +157,9 @@ def lr_at(step, cfg):
 
 
 class LossModule(torch.nn.Module):
-    """The model and the objective's loss as one module: what train_step calls, and what DDP wraps
-    (its backward then all-reduces the gradients). DDP waits for a gradient of every parameter, so
-    the heads a batch may not use (objective.heads) join the loss times zero.
-    docs/how-it-fits-together.md ("Through DDP") follows the call."""
+    """The model and the objective's loss as one module: what train_step calls and DDP wraps. DDP
+    waits for a gradient of every parameter: the heads a batch may not use (objective.heads) join
+    the loss times zero. docs/how-it-fits-together.md, "Through DDP", follows the call."""
 
     def __init__(self, model, objective):
         super().__init__()
@@ -189,8 +173,7 @@ class LossModule(torch.nn.Module):
         return loss + 0.0 * sum(p.sum() for p in self.heads), metrics
 
 
-# --------------------------------------------------------------------------------------------------
-# 7. The loop. Its state lives in one Run; the steps below are plain functions of it.
+# --- 7. The loop: its state lives in one Run, the steps below are plain functions of it ----------
 
 
 @dataclass
@@ -280,8 +263,7 @@ def count_work(run, batch):
 
 
 def check_health(run):
-    """At a log step, one host sync: stop on a non-finite loss (naming its batch), and agree across
-    ranks on stopping."""
+    """At a log step, one host sync: stop on a non-finite loss (naming its batch); ranks agree."""
     cfg = run.cfg
     dist_ = run.dist
     out_of_time = cfg.time_limit and time.time() - run.t_start > 60 * cfg.time_limit
@@ -335,8 +317,7 @@ def write_record(run, record):
 
 @torch.no_grad()
 def evaluate(model, objective, examples, cfg, device, autocast):
-    """Mean metrics over the first eval_batches batches of the held-out split (fixed order and
-    randomness)."""
+    """Mean metrics over the first eval_batches held-out batches (fixed order and randomness)."""
     model.eval()
     seen = {}
     batches = data.batches(examples, cfg.batch_size, seed=0, epoch=0, drop_last=False)
@@ -355,8 +336,7 @@ def evaluate(model, objective, examples, cfg, device, autocast):
 
 
 def evaluate_step(run, autocast):
-    """The held-out metrics (one line, to metrics.jsonl) and what the model predicts on one fixed
-    held-out example: printed with or without progress bars."""
+    """The held-out metrics (to metrics.jsonl) and the model's output on one held-out example."""
     if run.dist.master and run.splits["valid"]:
         metrics = evaluate(run.model, run.objective, run.splits["valid"], run.cfg, run.dist.device,
                            autocast)
@@ -374,9 +354,7 @@ def evaluate_step(run, autocast):
 
 
 def checkpoint(run):
-    """Rank 0 writes atomically (utils.save_checkpoint: tensors and plain values only). The data
-    position follows from the step (StepBatches): it is recorded, per rank, for readers; --resume
-    needs only the step."""
+    """Rank 0 writes atomically; the data position is kept for readers (--resume needs the step)."""
     cfg = run.cfg
     states = [run.loader.dataset.position(run.step)] * run.dist.world
     if run.dist.master:
@@ -409,8 +387,7 @@ def loop(run, autocast):
             checkpoint(run)
 
 
-# --------------------------------------------------------------------------------------------------
-# 8. The end
+# --- 8. The end -----------------------------------------------------------------------------------
 
 # Ctrl-C (SIGINT) and SIGTERM ask the loop to stop at the next log step, after a checkpoint; a
 # second one stops at once (the last checkpoint is kept: they are written atomically).
@@ -442,8 +419,7 @@ def finish(run):
         print(f"next: {next_command(run.cfg)}")
 
 
-# --------------------------------------------------------------------------------------------------
-# The run, phase by phase
+# --- The run, phase by phase ----------------------------------------------------------------------
 
 
 def main(argv):
@@ -456,15 +432,13 @@ def main(argv):
     # 2. distributed set-up
     dist_ = setup_distributed(cfg.device)
     if dist_.device.type == "cuda" and "OMP_NUM_THREADS" not in os.environ:
-        # the CPU only builds batches here: a few threads do it,
-        # and several processes x all cores thrash
+        # the CPU only builds batches here: several processes x all cores would thrash
         torch.set_num_threads(min(4, torch.get_num_threads()))
     torch.manual_seed(cfg.seed)
     # 3. start point
     ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given, dist_.world)
     model_dict = model_settings(cfg, model_flags, ckpt)
-    trained_as = ckpt.get("train_config", {}).get("preset") if ckpt is not None else None
-    resolve_defaults(cfg, model_dict, given, trained_as)
+    resolve_defaults(cfg, model_dict, given, ckpt)
     # 4. data, and what the objective prepares from it (rank 0 builds the caches, the others read)
     with master_first(dist_):
         tok, splits, obj_opts, info = load_data(cfg, obj_opts, starting_tokenizer(cfg, ckpt),
@@ -481,7 +455,9 @@ def main(argv):
     try:
         run = start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt)
         del ckpt
-        describe(run, info)
+        if dist_.master:
+            print(f"unigen | {cfg.objective} / {cfg.task} | {model.describe()} | vocab {len(tok)} "
+                  f"| {dist_.world} process(es) on {dist_.device} | data: {info}")
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if dist_.device.type == "cuda"
                     else nullcontext())
         loop(run, autocast)
@@ -494,14 +470,12 @@ def main(argv):
         STOP_SIGNAL.clear()
         cleanup(run)
     if stopped_by:
-        # the shell's convention for "ended by a signal" (130 for Ctrl-C),
-        # after a clean stop and a checkpoint
+        # the shell's "ended by a signal" (130 for Ctrl-C), after a clean stop and a checkpoint
         raise SystemExit(128 + signal.Signals[stopped_by].value)
 
 
 def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt):
-    """The loop's state: where the data stream and the step counter start, the log file, the
-    progress bar."""
+    """The loop's state: the step and data stream it starts at, the log file, the progress bar."""
     step = 0
     if cfg.resume:
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -526,13 +500,6 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt):
     run.bar = tqdm(total=cfg.max_steps, initial=step, disable=not show, dynamic_ncols=True)
     run.t_start = run.t_last = time.time()
     return run
-
-
-def describe(run, info):
-    if run.dist.master:
-        print(f"unigen | {run.cfg.objective} / {run.cfg.task} | {run.model.describe()} | "
-              f"vocab {len(run.tok)} | {run.dist.world} process(es) on {run.dist.device} | "
-              f"data: {info}")
 
 
 def cleanup(run):

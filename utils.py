@@ -1,21 +1,12 @@
-"""What every script shares: the one line reader, atomic writes, the device picker and torchrun's
-process group, checkpoint files and the log beside them, and the one way a user's mistake is
-reported.
-
-    lines = read_lines("test.src")            # '\n' only, one trailing '\r' stripped, UTF-8 checked
-    atomic_write("vocab.txt", text)           # temp file + rename: a crash never leaves half a file
-    device = pick_device("auto")              # cuda if there is one, else cpu
-    dist_ = setup_distributed("auto")         # under torchrun: this process's rank, world, device
-    save_checkpoint("out/ckpt.pt", state)     # tensors and plain Python values only ...
-    state = read_checkpoint("out/ckpt.pt")    # ... read back with torch.load(weights_only=True)
-    log = open_log("out/metrics.jsonl", keep_until=state["step"])   # a resumed run's log
-
-A user's mistake (a bad flag, a missing or malformed file) raises UsageError; the command lines
-catch it and print one line, `script.py: error: ...`, and exit with status 2. Anything else is a
+"""What every script shares: the one line reader (read_lines), atomic writes, the device picker
+and torchrun's process group, checkpoint files (data, never programs: read_checkpoint) and the
+metrics log beside them, and the one way a user's mistake is reported: a UsageError, which the
+command lines print as one line, `script.py: error: ...`, with exit status 2. Anything else is a
 bug and keeps its traceback.
 """
 import json
 import os
+import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,8 +14,7 @@ from pathlib import Path
 
 
 class UsageError(Exception):
-    """A mistake the user can fix (a bad setting, a missing file): reported in one line, exit
-    status 2."""
+    """A mistake the user can fix (a bad setting, a missing file): one line, exit status 2."""
 
 
 class DataError(UsageError, ValueError):
@@ -37,19 +27,16 @@ def exit_with_error(prog, error):
     raise SystemExit(2)
 
 
-# --------------------------------------------------------------------------------------------------
-# Files
+# --- Files ----------------------------------------------------------------------------------------
 
 
 def read_text(path):
-    """A file's UTF-8 text (a BOM dropped), with clear errors for a missing path, a folder, bytes
-    not UTF-8."""
+    """A file's UTF-8 text (BOM dropped); clear errors for a missing path, a folder, not UTF-8."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
     data = path.read_bytes()
-    # UTF-16 text and most binary formats are full of NUL bytes,
-    # which UTF-8 text has none or a stray few of
+    # UTF-16 and most binary formats are full of NUL bytes; UTF-8 text has none or a stray few
     head = data[:65536]
     if head.count(0) > 0.3 * len(head):
         raise DataError(f"{path}: looks like a binary (or UTF-16) file, not UTF-8 text")
@@ -63,13 +50,8 @@ def read_text(path):
 
 
 def split_lines(text):
-    """The project's one line rule: split on '\\n' only and strip ONE trailing '\\r'
-    (Windows files).
-
-    str.splitlines() would also split on \\r, \\x0b, \\x0c, \\x1c-\\x1e, \\x85, U+2028 and U+2029: a
-    stray one inside a line would shift every later line and silently misalign parallel files. A
-    final newline does not make an extra empty line.
-    """
+    """The project's one line rule: split on '\\n' only, strip ONE trailing '\\r' (Windows), no
+    empty line after a final newline (why not str.splitlines(): docs/how-it-fits-together.md)."""
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -77,17 +59,13 @@ def split_lines(text):
 
 
 def read_lines(path):
-    """The lines of a UTF-8 text file by split_lines: what data.py, generate.py and evaluate.py
-    all read."""
+    """A UTF-8 text file's lines by split_lines: what data.py, generate.py and evaluate.py read."""
     return split_lines(read_text(path))
 
 
 def atomic_write(path, content):
-    """Write str/bytes, or call content(file) on a binary file, through a temp file and os.replace.
-
-    A crash (or Ctrl-C) mid-write leaves the old file, never half a new one; the temp file is
-    removed.
-    """
+    """Write str/bytes, or call content(file) on a binary file, through a temp file and os.replace:
+    a crash (or Ctrl-C) mid-write leaves the old file, never half a new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -103,28 +81,23 @@ def atomic_write(path, content):
             tmp.unlink()
 
 
-# --------------------------------------------------------------------------------------------------
-# Devices and processes
+# --- Devices and processes ------------------------------------------------------------------------
 
 
 def pick_device(name="auto"):
-    """"auto" -> cuda when a GPU is visible, else cpu; "cpu", "cuda", "cuda:N" checked against
-    this machine."""
+    """auto: cuda when a GPU is visible, else cpu; cpu, cuda, cuda:N are checked on this machine."""
     import torch
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if not re.fullmatch(r"(cpu|cuda)(:\d+)?", name):
+        raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
+    device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"--device {name}: this machine has no CUDA device (use --device cpu)")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise UsageError(f"--device {name}: only {torch.cuda.device_count()} "
                              "CUDA device(s) here")
-    elif device.type != "cpu":
-        raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
     return device
 
 
@@ -162,8 +135,7 @@ def setup_distributed(device_name="auto"):
 
 @contextmanager
 def master_first(dist_):
-    """Rank 0 runs the block first (it builds the caches), the other ranks after it (they read
-    them)."""
+    """Rank 0 runs the block first (it builds the caches), then the other ranks (they read them)."""
     import torch.distributed as dist
     if dist_.ddp and not dist_.master:
         dist.barrier()
@@ -188,8 +160,7 @@ def check_replicas_agree(model, dist_):
             raise SystemExit("DDP replicas diverged")
 
 
-# --------------------------------------------------------------------------------------------------
-# Checkpoints: data, never programs
+# --- Checkpoints: data, never programs ------------------------------------------------------------
 
 CHECKPOINT_KEYS = ("model", "model_config", "vocab", "objective")
 NOT_A_CHECKPOINT = ("not a unigen checkpoint (torch.load cannot read it: another format, or a "
@@ -197,23 +168,16 @@ NOT_A_CHECKPOINT = ("not a unigen checkpoint (torch.load cannot read it: another
 
 
 def save_checkpoint(path, state):
-    """torch.save through a temp file: a crash mid-write keeps the last good checkpoint.
-
-    state must hold only tensors and plain Python values (dict, list, tuple, str, int, float, bool,
-    None): read_checkpoint loads with weights_only=True and refuses anything else.
-    """
+    """torch.save through a temp file (a crash mid-write keeps the last good checkpoint). state
+    holds only tensors and plain Python values: read_checkpoint refuses anything else."""
     import torch
     atomic_write(path, lambda f: torch.save(state, f))
 
 
 def read_checkpoint(path, device="cpu"):
-    """A train.py checkpoint -> its dict, loaded with torch.load(weights_only=True).
-
-    A missing, truncated or foreign file ("not a unigen checkpoint"), and a file holding anything
-    but tensors and plain values (a pickle that could run code), is a UsageError naming the file.
-    The dict holds "model" (state_dict), "model_config", "vocab" (list of tokens), "lowercase",
-    "objective", "objective_options", "task", and train.py's resume state.
-    """
+    """A train.py checkpoint -> its dict ("model", "model_config", "vocab", "lowercase",
+    "objective", "objective_options", "task", the resume state), by torch.load(weights_only=True).
+    A missing, foreign or truncated file, or a pickle that could run code, is a UsageError."""
     import pickle
     import warnings
     import torch
@@ -225,8 +189,7 @@ def read_checkpoint(path, device="cpu"):
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
-        # torch names the class or function it refused to build
-        # ("Unsupported global: GLOBAL os.system")
+        # torch names what it refused to build ("Unsupported global: GLOBAL os.system")
         if "GLOBAL" in str(e):
             raise UsageError(f"{path}: refused: the file holds Python objects, not only tensors "
                              "and plain values (unigen loads checkpoints as data and never runs "
