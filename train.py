@@ -10,9 +10,10 @@ Every setting is a `--key value` flag (config.py): TrainConfig's, ModelConfig's 
 and the objective's options (e.g. objectives/pmlm.py). A mistake is one line, exit status 2.
 
 The run reads top to bottom in numbered phases, which main (at the end) calls in turn:
-1. settings (config.py), 2. distributed set-up, 3. start point (fresh, --resume, --init_from),
-4. data, 5. model (on a GPU, the fast layer), 6. optimizer, 7. the loop (batches -> loss ->
-backward -> step; log, evaluate, checkpoint), 8. the end (a checkpoint, what to run next).
+  1. settings      2. distributed set-up      3. start point (fresh, --resume, --init_from)
+  4. data          5. model (on a GPU, the fast layer)                  6. optimizer
+  7. the loop      batches -> loss -> backward -> step; log, evaluate, checkpoint
+  8. the end       a checkpoint, and what to run next
 docs/how-it-fits-together.md follows `--objective pmlm` through these phases to the loss.
 
 Left out: multi-node launching (torchrun's --nnodes), FSDP/tensor parallelism, fp16 loss scaling.
