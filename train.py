@@ -525,3 +525,7 @@ if __name__ == "__main__":
         # a second Ctrl-C, or one before the loop: checkpoints and caches are written atomically
         print("train.py: interrupted (the last checkpoint, if any, is kept)", file=sys.stderr)
         raise SystemExit(130)
+    except BrokenPipeError:
+        # whoever read our output left (python train.py --help | head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1)

@@ -316,6 +316,16 @@ def test_help_lists_every_setting(capsys):
             assert line is not None and len(line.split()) >= 3, (name, key)
 
 
+def test_help_into_a_reader_that_leaves_is_quiet():
+    """`python train.py --help | head -1`: the reader leaves (here before the help is written, so the write
+    always fails); no traceback (stderr empty)."""
+    proc = subprocess.Popen([sys.executable, "train.py", "--help"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) in (0, 1) and err == b"", err.decode()
+
+
 def test_help_shows_the_values_the_run_uses(capsys):
     """The default run is the tiny preset's recipe and shape: --help says so, and says another
     preset's values when one is given."""
