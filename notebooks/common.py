@@ -95,7 +95,7 @@ def tiny_checkpoint(objective="pmlm", task="pretrain"):
     """
     if task == "pretrain":
         if not fits(MAIN_JOB):
-            announce(MAIN_JOB, "the README's main job, 6 to 8 min on 2 CPU cores")
+            announce(MAIN_JOB, "the README's main job, 6 to 9 min on 2 CPU cores")
             run(["--objective", "pmlm", "--out_dir", str(MAIN_JOB.parent), "--overwrite", "true"])
         return MAIN_JOB
     if (objective, task) not in FINETUNE:
