@@ -247,6 +247,7 @@ def beam_search(dec, K, max_len, alpha, rules):
     B = len(dec.src_len)
     eos = rules["eos"]
     dev = dec.src_ids.device
+    # rows: source b, beam k -> b * K + k
     scores = start_beams(dec, K)
     finished = [[] for _ in range(B)]
     active = list(range(B))                                    # the source of each block of K rows
