@@ -54,6 +54,17 @@ def counting_steps(dec):
     return rows
 
 
+def readable_reference(name, setting):
+    """generate's own search on the readable cache for a setting (K, min_len, ngram, alpha, max_len) -> the model,
+    objective, sources and rules it ran with, the rows of each of its steps, and its hypotheses."""
+    K, min_len, ngram, alpha, max_len = setting
+    model, obj, srcs = finishing(name)
+    rules = G.decoding_rules(TOK, min_len, ngram, None, "cpu")
+    dec = G.Decoder(model, obj, srcs, max_len)
+    rows = counting_steps(dec)
+    return model, obj, srcs, rules, rows, search(G, dec, K, max_len, alpha, rules)
+
+
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "beam{}-min{}-ngram{}-lp{}-max{}".format(*s))
 @pytest.mark.parametrize("name", NAMES)
 def test_fast_search_equals_readable_search(name, setting):
@@ -61,11 +72,7 @@ def test_fast_search_equals_readable_search(name, setting):
     without a cache; the setting has sources that end early (rows leave the readable search) and sources that reach
     max_len."""
     K, min_len, ngram, alpha, max_len = setting
-    model, obj, srcs = finishing(name)
-    rules = G.decoding_rules(TOK, min_len, ngram, None, "cpu")
-    dec = G.Decoder(model, obj, srcs, max_len)
-    rows = counting_steps(dec)
-    want = search(G, dec, K, max_len, alpha, rules)
+    model, obj, srcs, rules, rows, want = readable_reference(name, setting)
     assert len(rows) == max_len and rows[-1] < rows[0]         # some sources reach max_len, some end before
     assert all(len(h) >= 1 for h in want)
     for decoder in (G.Decoder, StaticDecoder, functools.partial(G.Decoder, use_cache=False)):

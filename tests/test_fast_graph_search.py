@@ -15,7 +15,7 @@ import fast
 import fast.beam as FB
 import generate as G
 from tests.test_fast import StaticDecoder, assert_same_hypotheses
-from tests.test_fast_beam import EagerStepGraph, counting_steps, finishing, search
+from tests.test_fast_beam import EagerStepGraph, finishing, readable_reference, search
 # one_thread: test_generate's autouse fixture (tiny tensors run faster on one intra-op thread)
 from tests.test_generate import EOS, NAMES, TOK, one_thread  # noqa: F401
 
@@ -56,11 +56,7 @@ def test_whole_step_search_equals_readable_search(name, setting, monkeypatch):
     generate's hypotheses, order and scores, and so does the per-kernel loop on the same static step (WHOLE_STEP off);
     some sources reach max_len, some end before."""
     K, min_len, ngram, alpha, max_len = setting
-    model, obj, srcs = finishing(name)
-    rules = G.decoding_rules(TOK, min_len, ngram, None, "cpu")
-    readable = G.Decoder(model, obj, srcs, max_len)
-    rows = counting_steps(readable)
-    want = search(G, readable, K, max_len, alpha, rules)
+    model, obj, srcs, rules, rows, want = readable_reference(name, setting)
     if ngram != 2:                                             # some sources reach max_len, some end before
         assert len(rows) == max_len and rows[-1] < rows[0]
     assert rows[-1] < rows[0]
