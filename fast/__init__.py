@@ -577,12 +577,9 @@ class StaticStep:
         # the target columns not in the cache yet: [y_{t-1}, query] ([query] alone at t = 0), or
         # [y_{t-1}] ([SOS] at t = 0)
         ids = dec._target_part()[:, len(self.cache) - dec.S:]                 # (N, n_new)
-        cols = self.cache.fill + torch.arange(ids.size(1), device=ids.device)  # (n_new,) slots
-        # a target token of step r (slot S + r - 1) sits at position S_b + r - 1
-        pos = dec.src_len[:, None] + (cols - dec.S)                            # (N, n_new)
         # embedded outside the graph (as measured; embed's position check, which reads the GPU
         # and so cannot be captured, runs on CPU tensors only)
-        x = dec.model.embed(ids, pos, torch.full_like(ids, dec.seg_tgt))
+        x, pos, cols = self.new_columns(dec, ids)
         step = lambda x, pos, cols: self.step(dec, x, pos, cols)
         # t = 0 runs eagerly: with a query token it has one column fewer than the later steps
         if self.graphed and dec.tgt.size(1) > 0:
@@ -594,6 +591,14 @@ class StaticStep:
         # y_{t-1} joins the cache; the query token is dropped
         self.cache.commit(ids.size(1) - (dec.query is not None))
         return logp
+
+    def new_columns(self, dec, ids):
+        """The new columns' token ids (N, n_new) -> their embeddings (N, n_new, d), positions
+        (N, n_new) and cache slots (n_new,), from the cache's fill index and src_len alone."""
+        cols = self.cache.fill + torch.arange(ids.size(1), device=ids.device)  # (n_new,) slots
+        # a target token of step r (slot S + r - 1) sits at position S_b + r - 1
+        pos = dec.src_len[:, None] + (cols - dec.S)                            # (N, n_new)
+        return dec.model.embed(ids, pos, torch.full_like(ids, dec.seg_tgt)), pos, cols
 
     def step(self, dec, x, pos, cols):
         """The blocks over the embedded new columns x (N, n_new, d) at positions pos (N, n_new) and

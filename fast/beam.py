@@ -107,14 +107,9 @@ def beam_search(dec, K, max_len, alpha, rules):
     check = DoneCheck(dev, CHECK_EVERY, CHECK_LAG)
     for t in range(max_len):
         logp = G.ban_tokens(dec.logprobs(), dec.tgt, t, **rules)                    # (B * K, V)
-        # the same choice as generate.beam_search's: top 2K extensions, the K best live ones
-        top, beam, tok, is_eos, live = G.best_extensions(scores, logp, eos)
-        live_beam = beam.gather(1, live)
-        live_tok = tok.gather(1, live)
-        scores = top.gather(1, live)
-        # finished: an [EOS] among the top K, its score; -inf where none
-        fin = top[:, :K].masked_fill(~is_eos[:, :K], NEG_INF)
-        steps.append((fin, beam[:, :K], live_beam, live_tok))
+        scores, *record = choose(scores, logp, eos)
+        fin, _, live_beam, live_tok = record
+        steps.append(record)
         # early stop: K finished hypotheses end a source (its rows run on, ignored)
         n_finished += (fin > NEG_INF).sum(dim=1)
         if t == max_len - 1 or check(t, n_finished >= K):
@@ -123,6 +118,18 @@ def beam_search(dec, K, max_len, alpha, rules):
         dec.reorder((first + live_beam).flatten(), same_sources=True)
         dec.append(live_tok.flatten())
     return finished_lists([torch.stack(x) for x in zip(*steps)], scores, K, max_len, alpha)
+
+
+def choose(scores, logp, eos):
+    """One step's choice on the device, as generate.beam_search's (best_extensions: top 2K
+    extensions, the K best live ones): scores (B, K), logp (B * K, V) -> the live beams' new scores
+    (B, K) and the step's record, each (B, K): the finished scores among the top K (-inf where no
+    [EOS]), their beams, the live beams' backpointers and tokens."""
+    import generate as G
+    K = scores.size(1)
+    top, beam, tok, is_eos, live = G.best_extensions(scores, logp, eos)
+    fin = top[:, :K].masked_fill(~is_eos[:, :K], NEG_INF)
+    return top.gather(1, live), fin, beam[:, :K], beam.gather(1, live), tok.gather(1, live)
 
 
 def finished_lists(records, last_scores, K, max_len, alpha):
@@ -303,11 +310,7 @@ class WholeStep:
         ids = self.last[:, None]                                               # (N, 1)
         if self.query is not None:
             ids = self.query if first else torch.cat([ids, self.query], dim=1)  # (N, n_new)
-        cols = cache.fill + torch.arange(ids.size(1), device=ids.device)       # (n_new,) slots
-        # a target token of step r (slot S + r - 1) sits at position S_b + r - 1
-        pos = dec.src_len[:, None] + (cols - dec.S)                            # (N, n_new)
-        x = dec.model.embed(ids, pos, torch.full_like(ids, dec.seg_tgt))
-        logp = dec.fast.step(dec, x, pos, cols)
+        logp = dec.fast.step(dec, *dec.fast.new_columns(dec, ids))
         # y_{t-1} joins the cache (on the device only: cache.n is the host's, left behind); the
         # query token is dropped
         cache.fill += ids.size(1) - (self.query is not None)
@@ -328,20 +331,13 @@ class WholeStep:
             buf.index_copy_(0, at, x[None])
 
     def beam_step(self, first):
-        import generate as G
-        K = self.K
-        # the same choice as generate.beam_search's: top 2K extensions, the K best live ones
-        top, beam, tok, is_eos, live = G.best_extensions(self.scores, self.logprobs(first),
-                                                         self.rules["eos"])
-        live_beam = beam.gather(1, live)
-        live_tok = tok.gather(1, live)
-        self.scores.copy_(top.gather(1, live))
-        # finished: an [EOS] among the top K, its score; -inf where none
-        fin = top[:, :K].masked_fill(~is_eos[:, :K], NEG_INF)
-        self.record(fin, beam[:, :K], live_beam, live_tok)
+        scores, *record = choose(self.scores, self.logprobs(first), self.rules["eos"])
+        fin, _, live_beam, live_tok = record
+        self.scores.copy_(scores)
+        self.record(*record)
         # early stop: K finished hypotheses end a source (its rows run on, ignored)
         self.n_finished += (fin > NEG_INF).sum(dim=1)
-        torch.ge(self.n_finished, K, out=self.done)
+        torch.ge(self.n_finished, self.K, out=self.done)
         # the cache and the history follow the live beams; each row stays with its source
         index = (self.first + live_beam).flatten()
         self.dec.fast.cache.reorder(index, same_sources=True, static=True)
