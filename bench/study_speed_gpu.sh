@@ -73,11 +73,8 @@ pair() {  # $1 label, $2 a script instead of train.py, or "": two processes at o
   local label=$1 prog=$2 t0=$(date +%s)
   for k in 0 1; do
     ( s=$(date +%s)
-      if [ -n "$prog" ]; then
-        TORCH_LOGS=recompiles timeout -k 10 ${LIMIT:-170} python $prog $(flags /tmp/ss/$label$k) --seed $k > $OUT/$label$k.log 2>&1
-      else
-        TORCH_LOGS=recompiles timeout -k 10 ${LIMIT:-170} python train.py $(flags /tmp/ss/$label$k) --seed $k > $OUT/$label$k.log 2>&1
-      fi
+      TORCH_LOGS=recompiles timeout -k 10 ${LIMIT:-170} python ${prog:-train.py} $(flags /tmp/ss/$label$k) --seed $k \
+        > $OUT/$label$k.log 2>&1
       echo "$label$k: exit $?, the whole process $(( $(date +%s) - s )) s" ) &
   done
   wait
