@@ -161,8 +161,10 @@ COLORS = {"unilm": "tab:blue", "pmlm": "tab:orange", "ernie_gen": "tab:green", "
 def settings(args):
     """Model, budget and data of the study (or of its --tiny run); recorded in every cell."""
     if args.tiny:
-        return dict(preset="tiny", vocab=2048, corpus_tokens=30_000, seq_len=96, batch=16,
-                    ft_steps=20, ft_batch=16, lr=1e-3, ft_lr=1e-3, tasks=["docsum"], n_score=16)
+        # a smoke run of the whole pipeline (CI's tests/test_study.py): the fewest steps that still
+        # pre-train the two objectives in different numbers of steps
+        return dict(preset="tiny", vocab=2048, corpus_tokens=12_000, seq_len=96, batch=16,
+                    ft_steps=8, ft_batch=8, lr=1e-3, ft_lr=1e-3, tasks=["docsum"], n_score=8)
     return dict(preset="small", vocab=16384, corpus_tokens=40_000_000, seq_len=256,
                 batch=args.pre_batch, lr=args.pre_lr, ft_steps=1500, ft_batch=64, ft_lr=3e-4,
                 tasks=["gigaword", "squad_qg"], n_score=None)

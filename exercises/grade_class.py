@@ -121,8 +121,11 @@ def copy_of_exercises(tmp, files):
 def run_graders(tmp, stems, limit):
     """pytest over the graders, again on those not reached after a time-out or crash -> {stem: result}."""
     results, todo = {}, list(stems)
+    # PYTEST_DISABLE_PLUGIN_AUTOLOAD: the graders need no third-party pytest plugin, and loading the installed
+    # ones (hypothesis, anyio, ...) costs about a second a process
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp), str(ROOT)]), UNIGEN_REFERENCE="0",
-               PYTHONDONTWRITEBYTECODE="1", UNIGEN_CLASS_LOG=str(tmp / "log.jsonl"), UNIGEN_CLASS_LIMIT=str(limit))
+               PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+               UNIGEN_CLASS_LOG=str(tmp / "log.jsonl"), UNIGEN_CLASS_LIMIT=str(limit))
     while todo:
         (tmp / "log.jsonl").write_text("")
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "_class_log", "--continue-on-collection-errors",
