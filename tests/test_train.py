@@ -129,10 +129,11 @@ def test_torchrun_ddp_two_cpu_ranks_stay_identical(tmp_path, corpus):
 # --- crashes, signals and resume: real processes --------------------------------------------------------------
 
 # README defaults (no --seq_len: the default the resumed run must restore), a model big enough that a step takes
-# tens of milliseconds, so the test can kill the process in mid-run
+# tens of milliseconds, so the test can kill the process in mid-run: STOP_AT, then STEPS - STOP_AT steps to spare
+STEPS, STOP_AT = 40, 15
 KILLABLE = ["--objective", "pmlm", "--n_layer", "2", "--n_embd", "64", "--n_head", "2", "--ffn_dim", "128",
             "--vocab_size", "400", "--batch_size", "16", "--log_interval", "1", "--eval_interval", "1000",
-            "--eval_batches", "1", "--progress", "false", "--max_steps", "60", "--ckpt_interval", "10"]
+            "--eval_batches", "1", "--progress", "false", "--max_steps", str(STEPS), "--ckpt_interval", "10"]
 
 
 def train_cmd(ddp=False):
@@ -207,16 +208,16 @@ def test_sigkill_then_resume_gives_the_same_losses(tmp_path, corpus, ddp):
     finish(launch(KILLABLE, tmp_path, corpus, straight, ddp))
     killed = tmp_path / "killed"
     proc = launch(KILLABLE, tmp_path, corpus, killed, ddp)
-    wait_for_step(proc, killed, 25)
+    wait_for_step(proc, killed, STOP_AT)
     kill_tree(proc.pid)
     proc.communicate()
-    assert max(train_losses(killed)) < 60
+    assert max(train_losses(killed)) < STEPS
     assert torch.load(killed / "ckpt.pt", weights_only=True)["train_config"]["seq_len"] == 128
     # resume with no other flag than where the run is: everything else comes from the checkpoint
     resume = launch(["--resume"], tmp_path, corpus, killed, ddp)
     finish(resume)
     a, b = train_losses(straight), train_losses(killed)
-    assert sorted(a) == sorted(b) == list(range(1, 61))
+    assert sorted(a) == sorted(b) == list(range(1, STEPS + 1))
     assert all(a[s] == b[s] for s in a), [(s, a[s], b[s]) for s in a if a[s] != b[s]][:3]
 
 
@@ -224,16 +225,16 @@ def test_sigkill_then_resume_gives_the_same_losses(tmp_path, corpus, ddp):
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path, corpus, sig):
     out = tmp_path / "run"
     proc = launch(KILLABLE, tmp_path, corpus, out)
-    wait_for_step(proc, out, 15)
+    wait_for_step(proc, out, STOP_AT)
     proc.send_signal(sig)
     stdout = finish(proc, code=128 + sig.value)
     step = torch.load(out / "ckpt.pt", weights_only=True)["step"]
-    assert 15 <= step < 60 and f"stopped by {sig.name}: {step} of 60 steps" in stdout
+    assert STOP_AT <= step < STEPS and f"stopped by {sig.name}: {step} of {STEPS} steps" in stdout
     command = next(line for line in stdout.splitlines() if line.startswith("continue with: "))
     assert command.endswith(f"train.py --resume --out_dir {out}")
     # the printed command continues the run to its end
     finish(launch(["--resume"], tmp_path, corpus, out))
-    assert sorted(train_losses(out)) == list(range(1, 61))
+    assert sorted(train_losses(out)) == list(range(1, STEPS + 1))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -243,17 +244,17 @@ def test_a_signal_to_the_whole_process_group_stops_cleanly_with_workers(tmp_path
     checkpoint and the resume command (exit 128 + signal), no traceback; the resumed run ends."""
     out = tmp_path / "run"
     proc = launch(KILLABLE + ["--workers", "2"], tmp_path, corpus, out)
-    wait_for_step(proc, out, 15)
+    wait_for_step(proc, out, STOP_AT)
     os.killpg(proc.pid, sig)                               # start_new_session: its own group
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig.value, stderr[-3000:]
     assert "Traceback" not in stderr and "killed by signal" not in stderr, stderr[-3000:]
     step = torch.load(out / "ckpt.pt", weights_only=True)["step"]
-    assert 15 <= step < 60 and f"stopped by {sig.name}: {step} of 60 steps" in stdout
+    assert STOP_AT <= step < STEPS and f"stopped by {sig.name}: {step} of {STEPS} steps" in stdout
     assert f"continue with: python train.py --resume --out_dir {out}" in stdout
     finish(launch(["--resume", "--workers", "2"], tmp_path, corpus, out))
-    assert sorted(train_losses(out)) == list(range(1, 61))
-    assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == 60
+    assert sorted(train_losses(out)) == list(range(1, STEPS + 1))
+    assert torch.load(out / "ckpt.pt", weights_only=True)["step"] == STEPS
 
 
 def test_a_finished_run_is_never_overwritten_unless_asked(tmp_path, corpus):
