@@ -11,9 +11,11 @@
 #   eager            one process, blocks not compiled
 #   four             four processes sharing the GPU (study.py --per_gpu 4)
 #   pair_b256        pair_new at batch 256 and lr 1e-3 (study.py --pre_batch 256 --pre_lr 1e-3): half the steps
+#   graphs           one process, the blocks replayed as CUDA graphs (reduce-overhead; an experiment, below);
+#   pair_graphs      two such processes at once
 # Not run yet (written in the eighth session): how many steps/s a GPU makes with 1, 2 or 4 processes, and at
 # twice the batch, in one run:
-#   VARIANTS="alone_new pair_new four pair_b256" bash bench/study_speed_gpu.sh
+#   VARIANTS="alone_new graphs pair_new pair_graphs four pair_b256" bash bench/study_speed_gpu.sh
 # Each prints the steps/s from step FROM (the progress bar's times) and the recompilations torch logged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +76,29 @@ speed_up = fast.speed_up
 fast.speed_up = lambda model, compile=True, dynamic=True: speed_up(model, compile, False)
 train.main(sys.argv[1:])
 PY
+# an experiment, not train.py: the blocks compiled with mode="reduce-overhead" (each block's forward and backward
+# replayed as CUDA graphs, one per shape) and, as torch asks of a training loop, a new graph step marked before
+# every optimizer step (the seventh session's try without the mark failed: "overwritten by a subsequent run")
+GRAPHS=/tmp/ss/graphs_train.py
+cat > $GRAPHS <<'PY'
+import os, sys
+sys.path.insert(0, os.getcwd())
+import torch, fast, train
+readable_speed_up = fast.speed_up
+def speed_up(model, compile=True, dynamic=True):
+    readable_speed_up(model, compile=False)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    for block in model.blocks:
+        block.compile(dynamic=dynamic, mode="reduce-overhead")
+    return model
+fast.speed_up = speed_up
+step = train.train_step
+def train_step(run, autocast):
+    torch.compiler.cudagraph_mark_step_begin()
+    return step(run, autocast)
+train.train_step = train_step
+train.main(sys.argv[1:])
+PY
 group() {  # $1 label, $2 how many processes at once (study.py --per_gpu K), $3 a script instead of train.py,
            # or ""; EXTRA: more flags. Each process timed whole; steps/s from each one's progress bar
   local label=$1 n=$2 prog=$3 t0=$(date +%s)
@@ -92,6 +117,8 @@ for v in ${VARIANTS:-alone_old alone_new eager pair_new pair_old}; do
     pair_new) group $v 2 "" ;;
     pair_old) group $v 2 "$OLD" ;;
     four) group $v 4 "" ;;                                   # study.py --per_gpu 4
+    graphs) EXTRA="" SCRIPT=$GRAPHS run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
+    pair_graphs) group $v 2 "$GRAPHS" ;;
     pair_b256) EXTRA="--batch_size 256 --lr 1e-3" group $v 2 "" ;;   # --pre_batch 256: half the steps
     alone_new) EXTRA="" run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
     alone_old) EXTRA="" SCRIPT=$OLD run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
