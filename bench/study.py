@@ -42,9 +42,10 @@ with two processes on a GPU, about 30 a GPU, which time-slices two processes' sm
 fine-tuning with its decoding 1.2-2.1. All 90 cells: about 30 pre-trainings x 5.6 + 90 fine-tunings
 x 1.5 = 300 process-minutes, about 38 minutes on 8 slots: not met. The compilation fix of the
 seventh session (21.4 against 5.0 steps/s alone) did not change it: two processes a GPU already ran
-on warm caches. Two processes run at about 6% of an H200's bf16 peak. What is left: fewer, larger
-pre-training steps (--pre_batch), the training step as one CUDA graph. --per_gpu, --pre_batch, --compile
-and --workers are the knobs.
+on warm caches. Two processes make 4-6% of an H200's bf16 peak (FLOPs from the cells). What is
+left: fewer, larger pre-training steps (--pre_batch), more processes a GPU, the training step as CUDA
+graphs (bench/study_speed_gpu.sh measures each). --per_gpu, --pre_batch, --compile and --workers are
+the knobs.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
