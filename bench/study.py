@@ -541,6 +541,7 @@ def schedule(jobs, args, store):
     new_cells = 0
     # seconds of each finished job: their sum over the wall time is how many ran at once
     busy = []
+    stopped = []
     start = time.time()
     logs = Path(args.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -553,6 +554,8 @@ def schedule(jobs, args, store):
                 why = "time limit" if out_of_time else f"{new_cells} new cell(s)"
                 print(f"{why} reached: {len(running)} job(s) in flight stopped, {len(jobs)} not "
                       "started", flush=True)
+                # their minutes count too: the GPUs were busy with them (a stopped pre-training resumes)
+                stopped = [time.time() - t0 for _, _, t0 in running.values()]
                 stop_all(running)
                 break
             while free and (job := next_job(jobs, args)):
@@ -575,7 +578,9 @@ def schedule(jobs, args, store):
         raise SystemExit(130)
     wall = time.time() - start
     print(f"{len(busy)} job(s) finished: {sum(busy) / 60:.1f} process-minutes in {wall / 60:.1f} min "
-          f"of wall time ({sum(busy) / max(wall, 1e-9):.1f} at once on average)", flush=True)
+          f"of wall time; with the {len(stopped)} stopped at the limit "
+          f"{(sum(busy) + sum(stopped)) / 60:.1f} process-minutes, "
+          f"{(sum(busy) + sum(stopped)) / max(wall, 1e-9):.1f} at once on average", flush=True)
     return new_cells
 
 
