@@ -135,7 +135,7 @@ def check_graph(name, model, obj, sources, rows):
     0) makes sources finish at different steps. With the readable search (fast_search=False) rows leave the batch and
     the graph gives way to the eager static step; with the fast layer's search (fast.beam_search, generate's default
     on the graph) rows stay and the graph serves to the end: the whole step in one graph (fast/beam.py's WholeStep
-    and StepGraph, fast.beam.WHOLE_STEP, off by default until this check passes), or the model step's graph with the bookkeeping launched
+    and StepGraph, fast.beam.WHOLE_STEP, generate's default), or the model step's graph with the bookkeeping launched
     kernel by kernel (WHOLE_STEP off)."""
     ok = True
     eos = obj.tok.eos_id

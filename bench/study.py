@@ -34,25 +34,18 @@ ignored folder survives between calls) a pre-training stopped at the limit resum
              the same query tokens and layout as decoding), the clean reference as prefix: how
              often the model's top token is the reference's next one
 
-The budget (issue 22: every system x 3 seeds in <= 25 minutes of a 4-GPU machine), an ESTIMATE from
-the issue's measurements (one H100, one process, batch 64: a pre-trained cell 8-9 min = pre-training
-~5.5 + two fine-tunings ~1.5 each; a control ~3 min), not a measurement:
-  jobs       31 pre-trainings (10 systems x 3 seeds + 1 one-seed diagnostic) and 104 fine-tunings
-             (15 systems x 2 tasks x 3 seeds + 7 diagnostics x 2 tasks): 31 x 5.5 + 104 x 1.5 = 327
-             process-minutes, 82 minutes on 4 GPUs with one process each: 3x too slow
-  batch      pre-training batch 128 instead of 64 (half the steps for the same corpus tokens; lr 7e-4
-             by the square-root rule): a launch-bound step costs about the same at twice the batch,
-             so if a step gets ~1.3x slower the pre-training part drops 170 -> ~112 (total ~268)
-  K          the GPU is mostly idle (27 steps/s, 440k tokens/s: ~5% of an H100's bf16 peak); K = 4
-             processes per GPU take turns on it (no MPS: their kernels fill each other's gaps), and
-             the 64 cores of a 4-GPU machine feed 16 processes and their batch workers (~1.5 cores
-             each at full speed); if they get ~3x of one process's throughput per GPU: 268 / 4 / 3
-             ~ 22 minutes, plus ~1 minute of shared caches on the first call
-The first call measures it: the scheduler prints each job's minutes and, at the end, how many jobs ran
-at once on average; --per_gpu, --pre_batch, --compile and --workers are the knobs. Measured since: 2 jobs
-per GPU get as much done as 4; and until the seventh session train.py compiled its blocks once per count
-of rows, which ERNIE-GEN's pre-training changes every batch (5.0 steps/s against 21.4 now, one process on
-an H100: bench/study_speed_gpu.sh, bench/RESULTS.md); the study has not run since that fix.
+The budget (issue 22: every system x 3 seeds in <= 25 minutes of a 4-GPU machine), MEASURED in the
+eighth session (4x H200, --per_gpu 2, the 15 three-seed systems, two calls of 8.6-8.8 minutes on one
+warm machine, bench/RESULTS.md): 46 of the 90 cells in 17.4 minutes. A pre-training took 3.8-8.4
+process-minutes (unilm 4.2, ernie_gen 5.2, palm 7.3, pmlm 8.4: 15-19 steps/s for unilm and ernie_gen
+with two processes on a GPU, about 30 a GPU, which time-slices two processes' small kernels), a
+fine-tuning with its decoding 1.2-2.1. All 90 cells: about 30 pre-trainings x 5.6 + 90 fine-tunings
+x 1.5 = 300 process-minutes, about 38 minutes on 8 slots: not met. The compilation fix of the
+seventh session (21.4 against 5.0 steps/s alone) did not change it: two processes a GPU already ran
+on warm caches. Two processes make 4-6% of an H200's bf16 peak (FLOPs from the cells). What is
+left: fewer, larger pre-training steps (--pre_batch), more processes a GPU, the training step as CUDA
+graphs (bench/study_speed_gpu.sh measures each). --per_gpu, --pre_batch, --compile and --workers are
+the knobs.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
@@ -530,10 +523,14 @@ def ready(job, args):
 
 
 def next_job(jobs, args):
-    """A ready fine-tuning job (its cell finishes soon), else a pre-training, else None."""
-    ft = [j for j in jobs if j[0] == "ft" and ready(j, args)]
+    """A fine-tuning whose pre-training is done (its cell finishes soon), else a pre-training, else a
+    control's fine-tuning, else None. Controls come last: they need nothing, while a pre-training
+    (the longest job) gates cells and is lost at the limit on a fresh machine (eighth session: the
+    30 controls first filled a whole call and the pre-trainings started minutes before its limit)."""
+    tuned = [j for j in jobs if j[0] == "ft" and not SYSTEMS[j[1]]["control"] and ready(j, args)]
     pre = [j for j in jobs if j[0] == "pre"]
-    return (ft + pre)[0] if ft + pre else None
+    controls = [j for j in jobs if j[0] == "ft" and SYSTEMS[j[1]]["control"]]
+    return (tuned + pre + controls)[0] if tuned + pre + controls else None
 
 
 def schedule(jobs, args, store):
@@ -546,6 +543,7 @@ def schedule(jobs, args, store):
     new_cells = 0
     # seconds of each finished job: their sum over the wall time is how many ran at once
     busy = []
+    stopped = []
     start = time.time()
     logs = Path(args.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -558,6 +556,8 @@ def schedule(jobs, args, store):
                 why = "time limit" if out_of_time else f"{new_cells} new cell(s)"
                 print(f"{why} reached: {len(running)} job(s) in flight stopped, {len(jobs)} not "
                       "started", flush=True)
+                # their minutes count too: the GPUs were busy with them (a stopped pre-training resumes)
+                stopped = [time.time() - t0 for _, _, t0 in running.values()]
                 stop_all(running)
                 break
             while free and (job := next_job(jobs, args)):
@@ -580,7 +580,9 @@ def schedule(jobs, args, store):
         raise SystemExit(130)
     wall = time.time() - start
     print(f"{len(busy)} job(s) finished: {sum(busy) / 60:.1f} process-minutes in {wall / 60:.1f} min "
-          f"of wall time ({sum(busy) / max(wall, 1e-9):.1f} at once on average)", flush=True)
+          f"of wall time; with the {len(stopped)} stopped at the limit "
+          f"{(sum(busy) + sum(stopped)) / 60:.1f} process-minutes, "
+          f"{(sum(busy) + sum(stopped)) / max(wall, 1e-9):.1f} at once on average", flush=True)
     return new_cells
 
 

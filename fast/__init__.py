@@ -17,7 +17,7 @@ The switches that reach it (on a CPU the readable path is the default everywhere
     generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph, and
                                         the search on the device (fast/beam.py; generate's
                                         fast_search; fast.beam.WHOLE_STEP: the whole step in one
-                                        graph, off until bench/check_cuda.py decode passes)
+                                        graph, on by default)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
 Objectives, notebooks and exercises never import this file.
 

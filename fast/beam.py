@@ -43,11 +43,10 @@ NEG_INF = float("-inf")
 CHECK_EVERY = 4           # steps between two asks "is every source done?"
 CHECK_LAG = 2             # steps between an ask and its read: the GPU's queue never runs dry
 # on a decoder that runs fast.StaticStep, the whole step (model and bookkeeping) in one CUDA graph;
-# False: the model step's graph alone and the bookkeeping kernel by kernel. Off until
-# `python bench/check_cuda.py decode` has held it equal to the readable search on a GPU: its
-# eager twin is (tests/test_fast_graph_search.py), the capture ran in bench_generate.py (1.07-1.26x)
-# but was not checked there (bench/RESULTS.md, seventh session)
-WHOLE_STEP = False
+# False: the model step's graph alone and the bookkeeping kernel by kernel. Its eager twin equals
+# the readable search (tests/test_fast_graph_search.py); the captured graph does on a GPU
+# (`python bench/check_cuda.py decode`, bench/RESULTS.md, eighth session)
+WHOLE_STEP = True
 
 
 class DoneCheck:

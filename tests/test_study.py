@@ -89,12 +89,18 @@ def test_plan_shares_pretraining_and_puts_seed_zero_first(tmp_path):
     # one pre-training per seed serves ernie_gen and its fine-tuning diagnostic; none for a control
     assert pres == [("pre", "ernie_gen", 0), ("pre", "ernie_gen", 1), ("pre", "ernie_gen", 2)]
     assert study.pre_of(("ft", "ernie_gen/ft noise 0", "gigaword", 0)) == ("pre", "ernie_gen", 0)
-    assert study.next_job(jobs, args) == ("ft", "palm/no pre-training", "gigaword", 0)
+    # the pre-training (long, and it gates two cells) before the control, which needs nothing
+    assert study.next_job(jobs, args) == ("pre", "ernie_gen", 0)
+    without_pre = [j for j in jobs if j[0] != "pre"]
+    assert study.next_job(without_pre, args) == ("ft", "palm/no pre-training", "gigaword", 0)
     # a pre-training done on this machine is not planned again
     (study.pre_dir(args, "ernie_gen", 0)).mkdir(parents=True)
     (study.pre_dir(args, "ernie_gen", 0) / "done.json").write_text("{}")
     assert ("pre", "ernie_gen", 0) not in study.plan(todo, args)
     assert study.ready(("ft", "ernie_gen/ft noise 0", "gigaword", 0), args)
+    # its fine-tunings now come before the next pre-training: they finish cells
+    left = [j for j in jobs if j != ("pre", "ernie_gen", 0)]
+    assert study.next_job(left, args) == ("ft", "ernie_gen", "gigaword", 0)
 
 
 def test_cells_round_trip_and_other_settings_are_ignored(tmp_path, capsys):
