@@ -33,15 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 ANSWERS = {
     # WordPiece's greedy encoding: the class does it (._wordpiece, .encode, .tokenize); so do HF's tokenizers
     "ex01_wordpiece": ("tokenizer.WordPiece", "tokenizers", "transformers"),
-    # UniLM's masks, the pseudo-masked mask, the span flow: every mask function of objectives/masks.py
-    "ex02_unilm_mask": ("objectives.masks.*",),
+    # UniLM's masks, the pseudo-masked mask, the span flow: every mask function of objectives/masks.py, and
+    # the two other routes to the rule: a Batch's attn_mask, and the fast layer's twins (fast.slot_mask, ...)
+    "ex02_unilm_mask": ("objectives.masks.*", "objectives.Batch", "fast"),
     "ex03_blockwise": ("objectives.pmlm.*",),
-    "ex04_pseudo_mask": ("objectives.masks.*",),
-    "ex05_span_flow": ("objectives.masks.*", "objectives.ernie_gen.*"),
+    "ex04_pseudo_mask": ("objectives.masks.*", "objectives.Batch", "fast"),
+    "ex05_span_flow": ("objectives.masks.*", "objectives.ernie_gen.*", "objectives.Batch", "fast"),
     # PALM's mixture: the head itself
     "ex06_pointer": ("model.PointerGenerator",),
-    # the beam step: beam_search, ban_tokens, gnmt_penalty and the rest of generate.py
-    "ex07_beam_step": ("generate.*",),
+    # the beam step: beam_search, ban_tokens, gnmt_penalty and the rest of generate.py, and the fast layer's
+    # twins of its pieces (fast.beam.choose, fast.beam.static_ban)
+    "ex07_beam_step": ("generate.*", "fast"),
     # ROUGE-L: evaluate.py's LCS and scores, and every third-party scorer
     "ex08_rouge_l": ("evaluate.*",),
     # the capstone: the project's own MASS
