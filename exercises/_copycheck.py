@@ -16,8 +16,8 @@ student names outside the project), so a re-export (`objectives.unilm.masks`) is
 What it cannot see: code pasted from the answer key or the project (the text is the student's file: only a
 diff against the key would show it, and a correct answer looks like the key anyway), work copied from a
 classmate, and a route to the answer through an object the AST cannot name (an attribute of an instance of a
-project class that is not itself the answer, e.g. a model's head). The check is a guard against shortcuts,
-not a plagiarism detector.
+project class that is not itself the answer, e.g. the head of a model a function returns). The check is a
+guard against shortcuts, not a plagiarism detector.
 """
 import ast
 import importlib
@@ -39,8 +39,8 @@ ANSWERS = {
     "ex03_blockwise": ("objectives.pmlm.*",),
     "ex04_pseudo_mask": ("objectives.masks.*", "objectives.Batch", "fast"),
     "ex05_span_flow": ("objectives.masks.*", "objectives.ernie_gen.*", "objectives.Batch", "fast"),
-    # PALM's mixture: the head itself
-    "ex06_pointer": ("model.PointerGenerator",),
+    # PALM's mixture: the head itself, also as a Transformer's copy_head (M.Transformer(cfg).copy_head.mix)
+    "ex06_pointer": ("model.PointerGenerator", "model.Transformer.copy_head"),
     # the beam step: beam_search, ban_tokens, gnmt_penalty and the rest of generate.py, and the fast layer's
     # twins of its pieces (fast.beam.choose, fast.beam.static_ban)
     "ex07_beam_step": ("generate.*", "fast"),
