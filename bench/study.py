@@ -42,9 +42,10 @@ with two processes on a GPU, about 30 a GPU, which time-slices two processes' sm
 fine-tuning with its decoding 1.2-2.1. All 90 cells: about 30 pre-trainings x 5.6 + 90 fine-tunings
 x 1.5 = 300 process-minutes, about 38 minutes on 8 slots: not met. The compilation fix of the
 seventh session (21.4 against 5.0 steps/s alone) did not change it: two processes a GPU already ran
-on warm caches. Two processes run at about 6% of an H200's bf16 peak. What is left: fewer, larger
-pre-training steps (--pre_batch), the training step as one CUDA graph. --per_gpu, --pre_batch, --compile
-and --workers are the knobs.
+on warm caches. Two processes make 4-6% of an H200's bf16 peak (FLOPs from the cells). What is
+left: fewer, larger pre-training steps (--pre_batch), more processes a GPU, the training step as CUDA
+graphs (bench/study_speed_gpu.sh measures each). --per_gpu, --pre_batch, --compile and --workers are
+the knobs.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
@@ -540,6 +541,7 @@ def schedule(jobs, args, store):
     new_cells = 0
     # seconds of each finished job: their sum over the wall time is how many ran at once
     busy = []
+    stopped = []
     start = time.time()
     logs = Path(args.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -552,6 +554,8 @@ def schedule(jobs, args, store):
                 why = "time limit" if out_of_time else f"{new_cells} new cell(s)"
                 print(f"{why} reached: {len(running)} job(s) in flight stopped, {len(jobs)} not "
                       "started", flush=True)
+                # their minutes count too: the GPUs were busy with them (a stopped pre-training resumes)
+                stopped = [time.time() - t0 for _, _, t0 in running.values()]
                 stop_all(running)
                 break
             while free and (job := next_job(jobs, args)):
@@ -574,7 +578,9 @@ def schedule(jobs, args, store):
         raise SystemExit(130)
     wall = time.time() - start
     print(f"{len(busy)} job(s) finished: {sum(busy) / 60:.1f} process-minutes in {wall / 60:.1f} min "
-          f"of wall time ({sum(busy) / max(wall, 1e-9):.1f} at once on average)", flush=True)
+          f"of wall time; with the {len(stopped)} stopped at the limit "
+          f"{(sum(busy) + sum(stopped)) / 60:.1f} process-minutes, "
+          f"{(sum(busy) + sum(stopped)) / max(wall, 1e-9):.1f} at once on average", flush=True)
     return new_cells
 
 

@@ -9,6 +9,13 @@
 #   pair_old         the same with the blocks compiled as before (dynamic=False: once per shape)
 #   alone_new        one process; alone_old: the same as before
 #   eager            one process, blocks not compiled
+#   four             four processes sharing the GPU (study.py --per_gpu 4)
+#   pair_b256        pair_new at batch 256 and lr 1e-3 (study.py --pre_batch 256 --pre_lr 1e-3): half the steps
+#   graphs           one process, the blocks replayed as CUDA graphs (reduce-overhead; an experiment, below);
+#   pair_graphs      two such processes at once
+# Not run yet (written in the eighth session): how many steps/s a GPU makes with 1, 2 or 4 processes, and at
+# twice the batch, in one run:
+#   VARIANTS="alone_new graphs pair_new pair_graphs four pair_b256" bash bench/study_speed_gpu.sh
 # Each prints the steps/s from step FROM (the progress bar's times) and the recompilations torch logged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,22 +76,50 @@ speed_up = fast.speed_up
 fast.speed_up = lambda model, compile=True, dynamic=True: speed_up(model, compile, False)
 train.main(sys.argv[1:])
 PY
-pair() {  # $1 label, $2 a script instead of train.py, or "": two processes at once (study.py --per_gpu 2), each timed whole
-  local label=$1 prog=$2 t0=$(date +%s)
-  for k in 0 1; do
+# an experiment, not train.py: the blocks compiled with mode="reduce-overhead" (each block's forward and backward
+# replayed as CUDA graphs, one per shape) and, as torch asks of a training loop, a new graph step marked before
+# every optimizer step (the seventh session's try without the mark failed: "overwritten by a subsequent run")
+GRAPHS=/tmp/ss/graphs_train.py
+cat > $GRAPHS <<'PY'
+import os, sys
+sys.path.insert(0, os.getcwd())
+import torch, fast, train
+readable_speed_up = fast.speed_up
+def speed_up(model, compile=True, dynamic=True):
+    readable_speed_up(model, compile=False)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    for block in model.blocks:
+        block.compile(dynamic=dynamic, mode="reduce-overhead")
+    return model
+fast.speed_up = speed_up
+step = train.train_step
+def train_step(run, autocast):
+    torch.compiler.cudagraph_mark_step_begin()
+    return step(run, autocast)
+train.train_step = train_step
+train.main(sys.argv[1:])
+PY
+group() {  # $1 label, $2 how many processes at once (study.py --per_gpu K), $3 a script instead of train.py,
+           # or ""; EXTRA: more flags. Each process timed whole; steps/s from each one's progress bar
+  local label=$1 n=$2 prog=$3 t0=$(date +%s)
+  for k in $(seq 0 $(( n - 1 ))); do
     ( s=$(date +%s)
       TORCH_LOGS=recompiles timeout -k 10 ${LIMIT:-170} python ${prog:-train.py} $(flags /tmp/ss/$label$k) --seed $k \
-        > $OUT/$label$k.log 2>&1
+        ${EXTRA:-} > $OUT/$label$k.log 2>&1
       echo "$label$k: exit $?, the whole process $(( $(date +%s) - s )) s" ) &
   done
   wait
-  echo "$label: both done in $(( $(date +%s) - t0 )) s"
-  for k in 0 1; do pace $OUT/$label$k.log; done
+  echo "$label: all $n done in $(( $(date +%s) - t0 )) s"
+  for k in $(seq 0 $(( n - 1 ))); do pace $OUT/$label$k.log; done
 }
 for v in ${VARIANTS:-alone_old alone_new eager pair_new pair_old}; do
   case $v in
-    pair_new) pair $v "" ;;
-    pair_old) pair $v "$OLD" ;;
+    pair_new) group $v 2 "" ;;
+    pair_old) group $v 2 "$OLD" ;;
+    four) group $v 4 "" ;;                                   # study.py --per_gpu 4
+    graphs) EXTRA="" SCRIPT=$GRAPHS run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
+    pair_graphs) group $v 2 "$GRAPHS" ;;
+    pair_b256) EXTRA="--batch_size 256 --lr 1e-3" group $v 2 "" ;;   # --pre_batch 256: half the steps
     alone_new) EXTRA="" run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
     alone_old) EXTRA="" SCRIPT=$OLD run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
     eager) EXTRA="--compile false" run $v X=1; pace $OUT/$v.log ;;
