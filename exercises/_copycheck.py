@@ -8,20 +8,26 @@ and `__import__("constant")`, and every simple assignment of one of these (`m = 
 dotted name. A name of the project is then resolved to its object (importing project modules only, never one the
 student names outside the project), so a re-export (`objectives.unilm.masks`) is the module it re-exports.
 
-    copied          the dotted name is, or lies inside, one of ANSWERS[exercise] or EVERYWHERE
+    copied          the dotted name is, or lies inside, one of ANSWERS[exercise] or EVERYWHERE; or a function of
+                    the file is an answer function (the project's or the key's, of at least MIN_STATEMENTS
+                    statements) with only its names changed: pasted code, renamed
     cannot check    a dynamic trick the walk cannot follow: exec/eval/compile, a computed import or getattr,
                     globals()/vars()/sys.modules/__dict__, importlib's machinery, a subprocess... It is flagged
                     because the check cannot vouch for the file, with the line and a way to write it plainly.
 
-What it cannot see: code pasted from the answer key or the project (the text is the student's file: only a
-diff against the key would show it, and a correct answer looks like the key anyway), work copied from a
-classmate, and a route to the answer through an object the AST cannot name (an attribute of an instance of a
-project class that is not itself the answer, e.g. a model's head). The check is a guard against shortcuts,
-not a plagiarism detector.
+What it cannot see: code pasted from the answer key or the project and then restructured (statements reordered,
+a loop rewritten: a correct answer looks like the key anyway), work copied from a classmate, and a route to the
+answer through an object the AST cannot name (an attribute of an instance of a project class that is not itself
+the answer, e.g. the head of a model a function returns). The check is a guard against shortcuts, not a
+plagiarism detector.
 """
 import ast
+import copy
+import functools
 import importlib
+import inspect
 import sys
+import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,15 +39,17 @@ ROOT = Path(__file__).resolve().parents[1]
 ANSWERS = {
     # WordPiece's greedy encoding: the class does it (._wordpiece, .encode, .tokenize); so do HF's tokenizers
     "ex01_wordpiece": ("tokenizer.WordPiece", "tokenizers", "transformers"),
-    # UniLM's masks, the pseudo-masked mask, the span flow: every mask function of objectives/masks.py
-    "ex02_unilm_mask": ("objectives.masks.*",),
+    # UniLM's masks, the pseudo-masked mask, the span flow: every mask function of objectives/masks.py, and
+    # the two other routes to the rule: a Batch's attn_mask, and the fast layer's twins (fast.slot_mask, ...)
+    "ex02_unilm_mask": ("objectives.masks.*", "objectives.Batch", "fast"),
     "ex03_blockwise": ("objectives.pmlm.*",),
-    "ex04_pseudo_mask": ("objectives.masks.*",),
-    "ex05_span_flow": ("objectives.masks.*", "objectives.ernie_gen.*"),
-    # PALM's mixture: the head itself
-    "ex06_pointer": ("model.PointerGenerator",),
-    # the beam step: beam_search, ban_tokens, gnmt_penalty and the rest of generate.py
-    "ex07_beam_step": ("generate.*",),
+    "ex04_pseudo_mask": ("objectives.masks.*", "objectives.Batch", "fast"),
+    "ex05_span_flow": ("objectives.masks.*", "objectives.ernie_gen.*", "objectives.Batch", "fast"),
+    # PALM's mixture: the head itself, also as a Transformer's copy_head (M.Transformer(cfg).copy_head.mix)
+    "ex06_pointer": ("model.PointerGenerator", "model.Transformer.copy_head"),
+    # the beam step: beam_search, ban_tokens, gnmt_penalty and the rest of generate.py, and the fast layer's
+    # twins of its pieces (fast.beam.choose, fast.beam.static_ban)
+    "ex07_beam_step": ("generate.*", "fast"),
     # ROUGE-L: evaluate.py's LCS and scores, and every third-party scorer
     "ex08_rouge_l": ("evaluate.*",),
     # the capstone: the project's own MASS
@@ -232,6 +240,93 @@ def _constant(call, k):
     """Whether argument k of a call is a constant string."""
     return len(call.args) > k and isinstance(call.args[k], ast.Constant) and isinstance(call.args[k].value, str)
 
+# --- pasted code: a function of the answer with the names changed ------------------------------------------------
+
+MIN_STATEMENTS = 4                       # shorter functions may match by chance (a one-line penalty, a guard)
+
+
+class _Shape(ast.NodeTransformer):
+    """Every name a function binds or reads becomes its order of first appearance (v0, v1, ...); attributes,
+    constants and the structure stay. Two functions with the same shape differ only in their names."""
+
+    def __init__(self):
+        self.names = {}
+
+    def rename(self, name):
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_Name(self, node):
+        node.id = self.rename(node.id)
+        return node
+
+    def visit_arg(self, node):
+        node.arg, node.annotation = self.rename(node.arg), None
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.name, node.returns, node.decorator_list = "f", None, []
+        body = node.body
+        # a docstring is text, not code
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        self.generic_visit(node)
+        return node
+
+
+def _shape(node):
+    """A FunctionDef's shape (a string), or None for a function too short to tell copied from written."""
+    if sum(isinstance(n, ast.stmt) for n in ast.walk(node)) - 1 < MIN_STATEMENTS:
+        return None
+    return ast.dump(_Shape().visit(copy.deepcopy(node)), annotate_fields=False)
+
+
+def _functions(obj, seen):
+    """The project functions an answer object holds: a function, a class's methods, a module's own ones."""
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if inspect.isfunction(obj):
+        return [obj]
+    if isinstance(obj, staticmethod):
+        return _functions(obj.__func__, seen)
+    if inspect.isclass(obj):
+        return [f for v in vars(obj).values() for f in _functions(v, seen)]
+    if inspect.ismodule(obj) and obj.__name__.split(".")[0] in _project_modules():
+        return [f for v in vars(obj).values()
+                if getattr(v, "__module__", None) == obj.__name__ for f in _functions(v, seen)]
+    return []
+
+
+@functools.lru_cache(maxsize=None)
+def _answer_shapes(exercise):
+    """shape -> the dotted name of the answer function it came from (the answer key's own functions too)."""
+    shapes, seen = {}, set()
+    for name in answers(exercise):
+        obj = _resolve(name)[1]
+        for fn in _functions(obj, seen) if obj is not None else []:
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+            except (OSError, TypeError, SyntaxError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _shape(node):
+                    shapes.setdefault(_shape(node), f"{fn.__module__}.{fn.__qualname__}")
+    return shapes
+
+
+def _pasted(tree, exercise):
+    """Findings for the functions of a student's file that are an answer function with the names changed."""
+    shapes = _answer_shapes(exercise)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _shape(node) in shapes:
+            home = shapes[_shape(node)]
+            kind = "the answer key" if _inside(home, EVERYWHERE[:2]) else "the project's answer to this exercise"
+            found.append(Finding("copied", node.lineno, f"def {node.name}",
+                                 f"is {home}'s code with the names changed, {kind}"))
+    return found
+
 
 def check_source(source, exercise, package="exercises", folder=None, _seen=()):
     """Findings for one file's source (copied / cannot check); [] means the work may be the student's own.
@@ -262,6 +357,7 @@ def check_source(source, exercise, package="exercises", folder=None, _seen=()):
                 "a reference scorer" if _inside(hit, EVERYWHERE) else "the project's answer to this exercise"
             found.append(Finding("copied", line, name, f"{why}, {kind}"))
     found += [Finding("cannot check", line, what, f"{why}; {PLAIN}") for line, what, why in walker.dynamic]
+    found += _pasted(tree, exercise)
     for line, name in walker.names:                  # the student's own files it imports, checked in turn
         parts = name.split(".")
         other = Path(folder or ".") / f"{parts[1]}.py" if parts[0] == package and len(parts) > 1 else None

@@ -109,7 +109,8 @@ def judge(reference, rc, counts, output=""):
 
 def check_class(chosen, tmp):
     """The fixture class through grade_class.py -> [(student, grader, why)] for every broken expectation."""
-    students = ["honest", "copied_key", "copied_project", "copied_dynamic"]
+    students = ["honest", "copied_key", "copied_project", "copied_routes", "copied_pasted",
+                "copied_dynamic"]
     folder = Path(tmp) / "class"
     for s in students:
         shutil.copytree(HERE / "class_fixture" / s, folder / s)
