@@ -310,8 +310,8 @@ def _answer_shapes(exercise):
             except (OSError, TypeError, SyntaxError):
                 continue
             for node in ast.walk(tree):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _shape(node):
-                    shapes.setdefault(_shape(node), f"{fn.__module__}.{fn.__qualname__}")
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (shape := _shape(node)):
+                    shapes.setdefault(shape, f"{fn.__module__}.{fn.__qualname__}")
     return shapes
 
 
@@ -320,8 +320,8 @@ def _pasted(tree, exercise):
     shapes = _answer_shapes(exercise)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _shape(node) in shapes:
-            home = shapes[_shape(node)]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                (home := shapes.get(_shape(node))):
             kind = "the answer key" if _inside(home, EVERYWHERE[:2]) else "the project's answer to this exercise"
             found.append(Finding("copied", node.lineno, f"def {node.name}",
                                  f"is {home}'s code with the names changed, {kind}"))
