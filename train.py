@@ -144,8 +144,11 @@ def make_optimizer(model, cfg, device):
         (no_decay if p.dim() < 2 or any(n in name for n in no_decay_names) else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
+    cuda = device.type == "cuda"
+    # on a GPU one fused kernel; on a CPU each update runs over all tensors at once (foreach):
+    # fewer Python steps, the same numbers as the one-tensor-at-a-time loop (tests/test_train.py)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), eps=1e-6,
-                             fused=device.type == "cuda")
+                             fused=cuda, foreach=not cuda)
 
 
 def lr_at(step, cfg):
@@ -237,7 +240,8 @@ def train_step(run, autocast):
         for k, v in metrics.items():
             run.seen.setdefault(k, []).append(v.detach() if torch.is_tensor(v) else v)
     if cfg.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        # foreach: one norm over all gradients at once, also on a CPU (the same numbers)
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip, foreach=True)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     # remember the first non-finite step on the device: checked at the next log, no sync here
