@@ -461,3 +461,27 @@ def test_batches_built_in_worker_processes_are_the_same(tmp_path, corpus):
     there = run(["--objective", "palm", "--max_steps", "8", "--workers", "2", "--stage1_frac", "0.5"],
                 tmp_path, corpus, "there")
     assert losses(here) == losses(there) and sorted(losses(here)) == list(range(1, 9))
+
+
+def test_cpu_optimizer_over_all_tensors_at_once_gives_the_one_at_a_time_numbers(tmp_path, corpus, monkeypatch):
+    """On a CPU, AdamW and the gradient clipping run foreach (every tensor in one call, fewer Python
+    steps): the losses and the weights are those of torch's one-tensor-at-a-time loop, bit for bit."""
+    fast_run = run(["--objective", "pmlm", "--max_steps", "8"], tmp_path, corpus, "foreach")
+    made = []
+
+    class LoopAdamW(torch.optim.AdamW):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("foreach"))
+            super().__init__(*args, **{**kwargs, "foreach": False})
+
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.optim, "AdamW", LoopAdamW)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                        lambda params, max_norm, foreach=None: clip(params, max_norm, foreach=False))
+    loop_run = run(["--objective", "pmlm", "--max_steps", "8"], tmp_path, corpus, "loop")
+    # train.py asked for foreach; the loop run had it turned off
+    assert made == [True]
+    assert losses(fast_run) == losses(loop_run) and sorted(losses(fast_run)) == list(range(1, 9))
+    wa = torch.load(fast_run / "ckpt.pt", weights_only=False)["model"]
+    wb = torch.load(loop_run / "ckpt.pt", weights_only=False)["model"]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
