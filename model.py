@@ -8,7 +8,8 @@
 
 Position ids are explicit ([P] and [ATTN] reuse their token's); the mask is a `Mask`. Here too:
 `attention()` (naive and sdpa), the relative position bias (UniLMv2 4.1), the readable `KVCache`.
-The GPU layer fast/ is reached by `attn_impl="flex"` and `fast.speed_up(model)`, never on a CPU.
+The GPU layer fast/ is reached by `attn_impl="flex"` and `fast.speed_up(model)` (on a CPU only
+with train.py's --compile true).
 docs/model.md tells the longer story. Left out: rotary embeddings, GQA, MoE; pre-LN, where the
 papers' BERT is post-LN.
 """
