@@ -221,8 +221,9 @@ def bench_loop(name, options, label, args, device, pack=False):
     import train
     packing = train.packing
     if pack is not True and pack:
-        train.packing = lambda cfg, model, device: functools.partial(
-            fast.plan_packing, multiple=pack, key_cost=0.0 if model.config.attn_impl == "flex" else fast.key_cost(model))
+        cost = lambda model: 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
+        train.packing = lambda cfg, model, device: functools.partial(fast.plan_packing, multiple=pack,
+                                                                     key_cost=cost(model))
     out = Path(tempfile.mkdtemp(prefix=f"loop-{name}-"))
     flags = ["--objective", name, "--preset", args.preset, "--vocab_size", str(args.vocab), "--seq_len",
              str(args.seq_len), "--batch_size", str(args.batch), "--max_steps", str(args.loop_steps),

@@ -672,6 +672,7 @@ def multi_process_service(args):
         yield env
     finally:
         subprocess.run([MPS_CONTROL], input="quit\n", text=True, env={**os.environ, **env})
+        shutil.rmtree(folder, ignore_errors=True)
         print("multi-process service stopped", flush=True)
 
 

@@ -207,6 +207,7 @@ def test_mps_daemon_is_the_runs_own_and_reaches_every_job(tmp_path, monkeypatch)
     assert stopped == [[], "quit\n", env["CUDA_MPS_PIPE_DIRECTORY"]]
     assert [e["CUDA_MPS_PIPE_DIRECTORY"] for e in seen["envs"]] == [env["CUDA_MPS_PIPE_DIRECTORY"]] * 2
     assert [e["CUDA_VISIBLE_DEVICES"] for e in seen["envs"]] == ["0", "1"]
+    assert not Path(env["CUDA_MPS_PIPE_DIRECTORY"]).exists()           # its folders go with it
     # without --mps: no daemon, the jobs' environment is the scheduler's own
     with study.multi_process_service(study.parse_args(["--gpus", "1"])) as env:
         assert env == {}
