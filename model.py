@@ -41,7 +41,7 @@ class ModelConfig:
     n_embd: int = setting(256, "model width d")
     ffn_dim: int = setting(1024, "inner width of the feed-forward layer")
     max_position: int = setting(512, "absolute position table size: the longest sequence")
-    n_segment: int = setting(6, "segment embeddings (UniLM's 6 LM identifiers, 2.2)")
+    n_segment: int = setting(6, "segment embeddings (UniLM's 6 LM identifiers, 2.1)")
     dropout: float = setting(0.1, "dropout on embeddings, attention weights and residual branches")
     rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; UniLMv2 (4.1): 32")
     rel_pos_max_distance: int = setting(128, "distances beyond this share the last bucket")
