@@ -11,7 +11,7 @@ al. 2016, section 7), K finished hypotheses end a source (fairseq), no-repeat n-
 decoder. On CUDA the steps and the search run in the fast layer (fast.StaticStep replayed as a
 CUDA graph, fast.beam_search); --no_cuda_graph keeps the readable ones. docs/decoding.md traces it.
 
-Run:  python generate.py --ckpt out/model.pt --input test.src --output test.hyp --beam 5
+Run:  python generate.py --ckpt out/pmlm-seq2seq/ckpt.pt --input test.src --output test.hyp --beam 5
 Left out: sampling (top-k / nucleus), diverse beams, constrained decoding.
 """
 import argparse
@@ -242,8 +242,8 @@ def best_extensions(scores, logp, eos):
 @torch.no_grad()
 def beam_search(dec, K, max_len, alpha, rules):
     """Beam search of width K -> for each row of dec (a source) its finished hypotheses, best
-    first. Each step keeps the top 2K extensions per source, sets aside those ending in [EOS] and
-    goes on with the best K others; the cache and the history follow them."""
+    first. Each step keeps the top 2K extensions per source, sets aside those of its K best ending
+    in [EOS] and goes on with the best K others; the cache and the history follow them."""
     B = len(dec.src_len)
     eos = rules["eos"]
     dev = dec.src_ids.device
@@ -260,7 +260,7 @@ def beam_search(dec, K, max_len, alpha, rules):
         live_tok = tok.gather(1, live)
         live_score = top.gather(1, live)
         last = t == max_len - 1
-        # finished: an [EOS] among the top K (one ranked lower is worse than every live beam)
+        # finished: an [EOS] among the top K (one ranked lower is dropped: K candidates were better)
         top_c = top.tolist()
         row_c = row.tolist()
         eos_c = is_eos.tolist()

@@ -8,7 +8,8 @@
 
 Position ids are explicit ([P] and [ATTN] reuse their token's); the mask is a `Mask`. Here too:
 `attention()` (naive and sdpa), the relative position bias (UniLMv2 4.1), the readable `KVCache`.
-The GPU layer fast/ is reached by `attn_impl="flex"` and `fast.speed_up(model)`, never on a CPU.
+The GPU layer fast/ is reached by `attn_impl="flex"` and `fast.speed_up(model)` (on a CPU only
+with train.py's --compile true).
 docs/model.md tells the longer story. Left out: rotary embeddings, GQA, MoE; pre-LN, where the
 papers' BERT is post-LN.
 """
@@ -40,7 +41,7 @@ class ModelConfig:
     n_embd: int = setting(256, "model width d")
     ffn_dim: int = setting(1024, "inner width of the feed-forward layer")
     max_position: int = setting(512, "absolute position table size: the longest sequence")
-    n_segment: int = setting(6, "segment embeddings (UniLM's 6 LM identifiers, 2.2)")
+    n_segment: int = setting(6, "segment embeddings (UniLM's 6 LM identifiers, 2.1)")
     dropout: float = setting(0.1, "dropout on embeddings, attention weights and residual branches")
     rel_pos_buckets: int = setting(0, "relative position bias buckets: 0 = off; UniLMv2 (4.1): 32")
     rel_pos_max_distance: int = setting(128, "distances beyond this share the last bucket")

@@ -24,6 +24,7 @@ shape and vocabulary, sdpa attention, every row through its MLM head) is the bas
 last; writes bench_<part>.json to $OUT when set.
 """
 import argparse
+import functools
 import json
 import os
 import random
@@ -214,14 +215,21 @@ def bench_hf(args, device, vocab, compiled):
 
 
 def bench_loop(name, options, label, args, device, pack=False):
-    """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl."""
+    """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl.
+    pack: False, True (train.py --pack true) or an int m (--pack true with plan_packing's cheapest
+    width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures)."""
     import train
+    packing = train.packing
+    if pack is not True and pack:
+        cost = lambda model: 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
+        train.packing = lambda cfg, model, device: functools.partial(fast.plan_packing, multiple=pack,
+                                                                     key_cost=cost(model))
     out = Path(tempfile.mkdtemp(prefix=f"loop-{name}-"))
     flags = ["--objective", name, "--preset", args.preset, "--vocab_size", str(args.vocab), "--seq_len",
              str(args.seq_len), "--batch_size", str(args.batch), "--max_steps", str(args.loop_steps),
              "--log_interval", "10", "--eval_interval", "100000", "--ckpt_interval", "100000",
              "--cache_dir", args.cache, "--out_dir", str(out), "--progress", "false",
-             "--pack", str(pack).lower()]
+             "--pack", "true" if pack else "false"]
     for key, value in options.items():
         flags += [f"--{key}", str(value).lower()]
     if torch.cuda.is_available():
@@ -229,13 +237,17 @@ def bench_loop(name, options, label, args, device, pack=False):
     # each run compiles its own blocks: no earlier run's graphs, a count of this run's
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    train.main(flags)
-    print(f"{label}{' packed' if pack else ''}: the blocks compiled "
+    try:
+        train.main(flags)
+    finally:
+        train.packing = packing
+    suffix = {False: "", True: " packed"}.get(pack, f" packed, cheapest width x{pack}")
+    print(f"{label}{suffix}: the blocks compiled "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     records = [r for r in records if r["split"] == "train"][3:]          # after compilation and warm-up
     med = lambda key: statistics.median(r[key] for r in records) if records and key in records[0] else float("nan")
-    return dict(label=label + (" packed" if pack else ""), impl="default", compiled=None, seq=args.seq_len,
+    return dict(label=label + suffix, impl="default", compiled=None, seq=args.seq_len,
                 batch=args.batch, rows=float("nan"), padding=float("nan"),
                 tokens_s=med("tokens_per_s"), corpus_tokens_s=med("corpus_tokens_per_s"),
                 flops_s=med("mfu") * (M.peak_flops(device) or float("nan")), step_ms=float("nan"),
@@ -280,8 +292,10 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated run labels (default: all)")
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--eager", action="store_true", help="no compiled blocks")
-    ap.add_argument("--pack", choices=["off", "on", "both"], default="off",
-                    help="several passages a row (train.py --pack): off, on, or both in one run")
+    ap.add_argument("--pack", choices=["off", "on", "both", "widths"], default="off",
+                    help="several passages a row (train.py --pack): off, on, or both in one run; widths (--part "
+                         "loop): off, on and on with the cheapest width per batch, a multiple of each --multiples")
+    ap.add_argument("--multiples", default="8,16,64", help="--pack widths: the widths' multiples")
     ap.add_argument("--dynamic", action="store_true",
                     help="compile the blocks for dynamic shapes (one kernel for every packed shape)")
     ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
@@ -300,7 +314,9 @@ def main():
         name += f" (capped at {args.memory_gib:g} GiB)"
     peak = M.peak_flops(device)
     only = set(args.only.split(",")) - {""}
-    packs = {"off": (False,), "on": (True,), "both": (False, True)}[args.pack]
+    packs = {"off": (False,), "on": (True,), "both": (False, True), "widths": (False, True)}[args.pack]
+    if args.pack == "widths":
+        packs += tuple(int(m) for m in args.multiples.split(","))
     tok, examples = corpus(args)
     rows, measured = [], {}
     if args.part == "bare":

@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 python -c "import torch; print('torch', torch.__version__)"
 case "${1:-loop}" in
   loop)
-    python bench/bench_train.py --part loop --pack both --loop_steps ${STEPS:-80} --only "${ONLY:-unilm,pmlm,palm (copy)}" \
+    python bench/bench_train.py --part loop --pack ${PACK:-both} --multiples ${MULTIPLES:-8,16,64} --loop_steps ${STEPS:-80} --only "${ONLY:-unilm,pmlm,palm (copy)}" \
       2>&1 | tee "$OUT/bench_loop.txt" | grep -E "compiled .* graph|^\| |^part|torch|Error|error" ;;
   profile)
     python bench/profile_step.py --part steps --only "pmlm,pmlm triton,palm (copy),palm (no copy)" 2>&1 \

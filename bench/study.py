@@ -2,7 +2,7 @@
 
 Two tasks, the papers' cheap ablations and the ERNIE-GEN / PALM diagnostics; resumable across machines.
 
-    python bench/study.py --gpus 4 --per_gpu 4 --time_limit_min 8 --cells_out $OUT/cells.jsonl \\
+    python bench/study.py --gpus 4 --per_gpu 4 --mps --time_limit_min 8 --cells_out $OUT/cells.jsonl \\
         --data_dir out/data                        # run what is missing, stop cleanly at the limit
     python bench/study.py import cells.jsonl       # split new cells into bench/study/cells/*.json
     python bench/study.py report                   # bench/study/README.md from the committed cells
@@ -42,10 +42,13 @@ with two processes on a GPU, about 30 a GPU, which time-slices two processes' sm
 fine-tuning with its decoding 1.2-2.1. All 90 cells: about 30 pre-trainings x 5.6 + 90 fine-tunings
 x 1.5 = 300 process-minutes, about 38 minutes on 8 slots: not met. The compilation fix of the
 seventh session (21.4 against 5.0 steps/s alone) did not change it: two processes a GPU already ran
-on warm caches. Two processes make 4-6% of an H200's bf16 peak (FLOPs from the cells). What is
-left: fewer, larger pre-training steps (--pre_batch), more processes a GPU, the training step as CUDA
-graphs (bench/study_speed_gpu.sh measures each). --per_gpu, --pre_batch, --compile and --workers are
-the knobs.
+on warm caches. Two processes make 4-6% of an H200's bf16 peak (FLOPs from the cells): processes
+sharing a GPU take turns, and each small kernel leaves most of it idle. MEASURED in the ninth session
+(bench/study_speed_gpu.sh, one H100): two processes make 29.8 steps/s together, four 32.3, four under
+CUDA's multi-process service (--mps) 39.2, 1.33x two; a batch of 256, eight processes, or the blocks as
+CUDA graphs add nothing. Four fine-tunings under --mps on one H100 ran about 1.5x the cells a minute of
+two without it (on an H200). Projected for all 90 cells with --per_gpu 4 --mps: about 25-29 minutes;
+not yet run at full size. --per_gpu, --mps, --pre_batch, --compile and --workers are the knobs.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
@@ -55,11 +58,14 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -619,7 +625,8 @@ def job_name(job):
 
 
 def start_job(job, slot, args, logs):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "STUDY_SCHEDULER": str(os.getpid())}
+    env = {**os.environ, **getattr(args, "job_env", {}), "PYTHONUNBUFFERED": "1",
+           "STUDY_SCHEDULER": str(os.getpid())}
     n_slots = max(1, args.gpus) * args.per_gpu
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // n_slots))
     if args.gpus:
@@ -639,6 +646,34 @@ def forwarded(args):
              "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
              str(args.pre_lr)]
     return flags + (["--tiny"] if args.tiny else [])
+
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+
+
+@contextmanager
+def multi_process_service(args):
+    """--mps: CUDA's multi-process service for the run, a control daemon with its own pipe and log
+    folders (under /tmp: short paths), which the jobs reach through the two variables yielded; no GPU
+    setting changes, and the daemon quits when the run ends, however it ends. Without --mps: {}.
+    Why: processes sharing a GPU take turns, and each of this small model's kernels leaves most of
+    the GPU idle; under the service their kernels run side by side (bench/study_speed_gpu.sh: four
+    pre-trainings on one H100 made 39.2 steps/s together, against 29.8 for two without it)."""
+    if not args.mps:
+        yield {}
+        return
+    folder = Path(tempfile.mkdtemp(prefix="study-mps-"))
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(folder / "log")}
+    for path in env.values():
+        Path(path).mkdir()
+    subprocess.run([MPS_CONTROL, "-d"], env={**os.environ, **env}, check=True)
+    print(f"multi-process service started ({folder})", flush=True)
+    try:
+        yield env
+    finally:
+        subprocess.run([MPS_CONTROL], input="quit\n", text=True, env={**os.environ, **env})
+        shutil.rmtree(folder, ignore_errors=True)
+        print("multi-process service stopped", flush=True)
 
 
 def stop_all(running, grace=30):
@@ -884,6 +919,10 @@ def parse_args(argv):
     ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
     ap.add_argument("--cache_dir", default="",
                     help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")
+    ap.add_argument("--mps", action="store_true",
+                    help="run the jobs under CUDA's multi-process service (a daemon of this run's own, "
+                         "stopped at its end), so the --per_gpu jobs on a GPU run their kernels at the "
+                         "same time instead of taking turns")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--stop_after_cells", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -895,6 +934,10 @@ def parse_args(argv):
     args.cache_dir = args.cache_dir or str(Path(args.out) / "cache")
     if args.per_gpu < 1 or args.gpus < 0:
         raise UsageError("--per_gpu must be >= 1 and --gpus >= 0")
+    if args.mps and not args.gpus:
+        raise UsageError("--mps shares GPUs between jobs: it needs --gpus 1 or more")
+    if args.mps and not shutil.which(MPS_CONTROL):
+        raise UsageError(f"--mps: no {MPS_CONTROL} on the PATH (it comes with NVIDIA's driver)")
     return args
 
 
@@ -916,7 +959,9 @@ def run(args):
     if jobs:
         prepare(cfg, args, ernie=any(SYSTEMS[j[1]]["objective"] == "ernie_gen" for j in jobs),
                 progress=not args.tiny)
-    new = schedule(jobs, args, args.cells_out)
+    with multi_process_service(args) as env:
+        args.job_env = env
+        new = schedule(jobs, args, args.cells_out)
     print(f"{new} new cell(s) in {(time.time() - t0) / 60:.1f} min; in {args.cells_out}", flush=True)
     cells = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
     page = report(cells, cfg["tasks"], names)

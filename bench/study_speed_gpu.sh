@@ -13,9 +13,14 @@
 #   pair_b256        pair_new at batch 256 and lr 1e-3 (study.py --pre_batch 256 --pre_lr 1e-3): half the steps
 #   graphs           one process, the blocks replayed as CUDA graphs (reduce-overhead; an experiment, below);
 #   pair_graphs      two such processes at once
-# Not run yet (written in the eighth session): how many steps/s a GPU makes with 1, 2 or 4 processes, and at
-# twice the batch, in one run:
-#   VARIANTS="alone_new graphs pair_new pair_graphs four pair_b256" bash bench/study_speed_gpu.sh
+#   mps_pair         pair_new under CUDA's multi-process service (a user daemon started for the variant and
+#                    stopped after it; no GPU setting changes): the processes' kernels may run at the same
+#                    time instead of taking turns; mps_four, mps_eight: four and eight processes so;
+#                    mps_four_b256: four at batch 256
+# The ninth session ran these on one H100 (bench/RESULTS.md): the processes' steps/s on the GPU
+# together, alone 22.0, graphs 22.0, pair_new 29.8, four 32.3, pair_b256 34.8 (in batches of 128),
+# mps_pair 34.4, mps_four 39.2, mps_eight 39.1, mps_four_b256 40.2:
+#   STEPS=600 LIMIT=110 VARIANTS="pair_new mps_pair mps_four mps_eight" bash bench/study_speed_gpu.sh
 # Each prints the steps/s from step FROM (the progress bar's times) and the recompilations torch logged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,11 +55,12 @@ run() {  # $1 label, then env assignments; EXTRA: more flags. SIGTERM makes trai
   cp $dir/metrics.jsonl $OUT/$label.metrics.jsonl 2>/dev/null; rate $dir | tee -a $OUT/rates.txt
 }
 pace() {  # steps/s between step FROM and the last step, read from the progress bar's elapsed times in the log
-  python - "$1" "${FROM:-50}" <<'PY'
+  python - "$1" "${FROM:-50}" "$STEPS" <<'PY'
 import re, sys
 text = open(sys.argv[1], errors="replace").read().replace("\r", "\n")
 seen = {}
-for step, mm, ss in re.findall(r"(\d+)/\d+ \[(\d+):(\d+)", text):
+# the training bar's (of STEPS steps; the tokenizer's bars count other things)
+for step, mm, ss in re.findall(rf"(\d+)/{sys.argv[3]} \[(\d+):(\d+)", text):
     seen.setdefault(int(step), int(mm) * 60 + int(ss))
 first = int(sys.argv[2]); last = max(seen)
 recompiles = len(re.findall(r"Recompiling function", text))
@@ -112,6 +118,14 @@ group() {  # $1 label, $2 how many processes at once (study.py --per_gpu K), $3 
   echo "$label: all $n done in $(( $(date +%s) - t0 )) s"
   for k in $(seq 0 $(( n - 1 ))); do pace $OUT/$label$k.log; done
 }
+mps() {  # $1 start | stop: the multi-process service's control daemon, pipes and logs under /tmp
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log
+  if [ $1 = start ]; then
+    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY && nvidia-cuda-mps-control -d && echo "mps: started"
+  else
+    echo quit | nvidia-cuda-mps-control; echo "mps: stopped"; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+}
 for v in ${VARIANTS:-alone_old alone_new eager pair_new pair_old}; do
   case $v in
     pair_new) group $v 2 "" ;;
@@ -120,6 +134,10 @@ for v in ${VARIANTS:-alone_old alone_new eager pair_new pair_old}; do
     graphs) EXTRA="" SCRIPT=$GRAPHS run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
     pair_graphs) group $v 2 "$GRAPHS" ;;
     pair_b256) EXTRA="--batch_size 256 --lr 1e-3" group $v 2 "" ;;   # --pre_batch 256: half the steps
+    mps_pair) mps start && group $v 2 ""; mps stop ;;
+    mps_four) mps start && group $v 4 ""; mps stop ;;
+    mps_eight) mps start && group $v 8 ""; mps stop ;;
+    mps_four_b256) mps start && EXTRA="--batch_size 256 --lr 1e-3" group $v 4 ""; mps stop ;;
     alone_new) EXTRA="" run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
     alone_old) EXTRA="" SCRIPT=$OLD run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
     eager) EXTRA="--compile false" run $v X=1; pace $OUT/$v.log ;;

@@ -3,7 +3,7 @@
 Read first: docs/how-it-fits-together.md, objectives/__init__.py (Example, Objective, the "Seq2seq layout"),
 objectives/masks.py (the kinds), generate.py's module docstring, and objectives/palm.py (the closest relative:
 next-token prediction on the seq2seq mask). Do exercises 2 and 4 first.
-Grade it:   python -m pytest exercises/test_09_capstone_mass.py      (trains a tiny model: about a minute)
+Grade it:   python -m pytest exercises/test_09_capstone_mass.py      (trains a tiny model: 7-18 s, 2 CPU cores)
 
 MASS (Song et al., ICML 2019, "Masked Sequence to Sequence Pre-training for Language Generation") pre-trains an
 encoder-decoder: it masks ONE contiguous span x^{u:v} of about half a sentence in the encoder's input, and the

@@ -33,6 +33,12 @@ def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
     return tokens[:cut], tokens[cut:]
 
 
+def labels_of(batch, kind):
+    """The batch's labels at the rows of this kind only (-100 elsewhere): the context's MLM labels
+    (CTX) or the continuation's (ORIG), wherever each row's parts sit."""
+    return batch.labels.masked_fill(batch.kind != kind, -100)
+
+
 def sentence_windows(passage, budget):
     """The windows of two tokens or more of a passage, with the stride of one sentence (3.1):
     sentence k (cut to the budget) and the sentences after it that fit in budget tokens."""
@@ -60,7 +66,6 @@ class PalmObjective(Objective):
     segments = (0, 1)             # context (encoder) / continuation (decoder)
     tags = ("stage",)             # the stage of the batch (2.1), no measurement
     model_defaults = dict(copy_head=True)       # the pointer-generator (2.3)
-    align_source = True           # every context padded to one width S: continuation rows h[:, S:]
 
     context_frac = option(0.8, "share of a passage's tokens in the context; "
                                "the rest is the continuation (3.1)")
@@ -94,6 +99,12 @@ class PalmObjective(Objective):
                              "cannot hold [SOS] x [EOS] [SOS] y")
         self.special_ids = sorted(self.tok.special_ids)
         self.stage = 2 if self.task == "seq2seq" else None
+
+    @property
+    def align_source(self):
+        # the copy head reads every context at columns :S, so collate pads each context to one
+        # width S (continuation rows h[:, S:]); without it nothing needs S: no padding in between
+        return self.copy
 
     def set_step(self, step, total_steps):
         # 2.1's two stages
@@ -174,21 +185,20 @@ class PalmObjective(Objective):
     # --- loss -------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
-        S = batch.extras["source_width"]
         stage = batch.extras["stage"]
         metrics = {"stage": stage}
         total = 0.0
         if self.task == "pretrain":
             train_mlm = stage == 1 or self.mlm_weight > 0  # else a metric only
             with torch.set_grad_enabled(torch.is_grad_enabled() and train_mlm):
-                loss_mlm, acc_mlm = lm_loss(model, h[:, :S], batch.labels[:, :S],
+                loss_mlm, acc_mlm = lm_loss(model, h, labels_of(batch, CTX),
                                             self.label_smoothing, batch.labelled(CTX))
             metrics.update(loss_mlm=loss_mlm.detach(), acc_mlm=acc_mlm)
             if stage == 1:
                 metrics["loss"] = loss_mlm.detach()
                 return loss_mlm, metrics
             total = self.mlm_weight * loss_mlm if self.mlm_weight > 0 else 0.0
-        loss_ar, acc_ar, lam = self._ar_loss(model, h, batch, S)
+        loss_ar, acc_ar, lam = self._ar_loss(model, h, batch)
         metrics.update(loss_ar=loss_ar.detach(), acc_ar=acc_ar)
         if lam is not None:
             metrics["lambda_mean"] = lam
@@ -196,13 +206,15 @@ class PalmObjective(Objective):
         metrics["loss"] = total.detach()
         return total, metrics
 
-    def _ar_loss(self, model, h, batch, S):
+    def _ar_loss(self, model, h, batch):
         """-log P(y_t | y_<t, x) at the continuation rows: the mixture (Eq. 7), or P^v alone."""
+        if not self.copy:
+            loss, acc = lm_loss(model, h, labels_of(batch, ORIG), self.label_smoothing,
+                                batch.labelled(ORIG))
+            return loss, acc, None
+        S = batch.extras["source_width"]
         s = h[:, S:]                                                        # (B, T, d)
         labels = batch.labels[:, S:]                                        # (B, T)
-        if not self.copy:
-            loss, acc = lm_loss(model, s, labels, self.label_smoothing, batch.labelled(ORIG))
-            return loss, acc, None
         head = self._head(model)
         # every continuation row, the padding ones weighted 0: selecting the predicted rows
         # (labels[sel]) would wait for the GPU to count them, five times a step

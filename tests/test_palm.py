@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import model as M
-from objectives import get_objective, masks
+from objectives import get_objective, leakage, masks
 from tests.helpers import input_gradients, tiny_model
 
 
@@ -304,6 +304,36 @@ def test_determinism_and_masking_rate(tok, passages):
     copy_ids = b1.input_ids[:, :S][obj.copy_mask(b1)]
     assert not torch.isin(copy_ids, torch.tensor(sorted(tok.special_ids))).any()
     assert (b1.input_ids[:, :S] == tok.mask_id).sum() > 0
+
+
+def test_without_the_copy_head_rows_are_not_aligned_and_the_loss_is_the_same(tok, passages):
+    """copy=False (Table 6's ablation): nothing reads the context at columns :S, so collate pads no
+    context to one width; the same examples' loss (both stages' parts, float64) equals the aligned
+    layout's, and the narrower batch is proven leak-free."""
+    model = tiny_model(len(tok), attn_impl="naive").double()
+    aligned_obj = get_objective("palm", tok, mlm_weight=0.5)             # the copy head's layout
+    obj = get_objective("palm", tok, mlm_weight=0.5, copy=False)
+    for o in (aligned_obj, obj):
+        o.set_step(9, 10)                                                 # stage 2: MLM and continuation
+    ex = passages["train"][:16]
+    aligned = aligned_obj.make_batch(ex, random.Random(0))
+    batch = obj.make_batch(ex, random.Random(0))
+    assert "source_width" in aligned.extras and "source_width" not in batch.extras
+    real = batch.kind != masks.PAD
+    # every row's real tokens come first: no gap between context and continuation
+    assert torch.equal(real, torch.arange(real.size(1)) < real.sum(1, keepdim=True))
+    assert batch.input_ids.size(1) == int(real.sum(1).max()) <= aligned.input_ids.size(1)
+    # a long source with a short target beside a short source with a long target: 15 wide, not 23
+    pairs = [([40] * 10, [50] * 2), ([41] * 2, [51] * 10)]
+    tuned = get_objective("palm", tok, task="seq2seq", copy=False).make_batch(pairs, random.Random(0))
+    assert tuned.input_ids.size(1) == 15
+    assert get_objective("palm", tok, task="seq2seq").make_batch(pairs, random.Random(0)).input_ids.size(1) == 23
+    loss, m = obj.loss(model, batch)
+    loss_aligned, m_aligned = obj.loss(model, aligned)
+    torch.testing.assert_close(loss, loss_aligned, rtol=1e-12, atol=1e-12)
+    for key in ("loss_mlm", "loss_ar", "acc_mlm", "acc_ar"):
+        torch.testing.assert_close(m[key], m_aligned[key], rtol=1e-12, atol=1e-12)
+    assert leakage.check(model, batch).leaks == []
 
 
 # --- leakage by autograd -------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ tokens, a control, fine-tuning, decoding, scores, cells as json lines), interrup
 without recomputing a finished cell, then import and report; the scheduler's plan; UniLMv2's AE-only
 ablation (pmlm's `par` option)."""
 import json
+import os
 import random
 import subprocess
 import sys
@@ -168,3 +169,46 @@ def test_pmlm_par_option_does_not_change_fine_tuning():
     b = get_objective("pmlm", tok, task="seq2seq", max_len=64, par=False).make_batch(
         pair, random.Random(1))
     assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.labels, b.labels)
+
+
+def test_mps_daemon_is_the_runs_own_and_reaches_every_job(tmp_path, monkeypatch):
+    """--mps: the control daemon starts with this run's own pipe and log folders, every job's
+    environment names them, and the daemon is told to quit when the run ends, even by an error.
+    (A stand-in for NVIDIA's control program records how it is called: CI has no GPU.)"""
+    calls = tmp_path / "calls.jsonl"
+    fake = tmp_path / "bin" / study.MPS_CONTROL
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"open({str(calls)!r}, 'a').write(json.dumps([sys.argv[1:], sys.stdin.read() if "
+                    "len(sys.argv) == 1 else '', os.environ.get('CUDA_MPS_PIPE_DIRECTORY')]) + '\\n')\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    with pytest.raises(study.UsageError, match="--mps shares GPUs"):
+        study.parse_args(["--mps"])
+    args = study.parse_args(["--mps", "--gpus", "2", "--per_gpu", "4", "--out", str(tmp_path / "out")])
+    seen = {}
+    real_popen = subprocess.Popen
+
+    def popen(cmd, *rest, env=None, **kwargs):
+        if cmd[0] == study.MPS_CONTROL:          # the daemon's control program itself (subprocess.run)
+            return real_popen(cmd, *rest, env=env, **kwargs)
+        seen.setdefault("envs", []).append(env)
+        return "a job's process"
+    monkeypatch.setattr(study.subprocess, "Popen", popen)
+    with pytest.raises(RuntimeError, match="a job went wrong"):
+        with study.multi_process_service(args) as env:
+            args.job_env = env
+            assert Path(env["CUDA_MPS_PIPE_DIRECTORY"]).is_dir() and Path(env["CUDA_MPS_LOG_DIRECTORY"]).is_dir()
+            for slot in (0, 5):
+                study.start_job(("pre", "pmlm", 0), slot, args, tmp_path)
+            raise RuntimeError("a job went wrong")
+    started, stopped = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert started == [["-d"], "", env["CUDA_MPS_PIPE_DIRECTORY"]]
+    assert stopped == [[], "quit\n", env["CUDA_MPS_PIPE_DIRECTORY"]]
+    assert [e["CUDA_MPS_PIPE_DIRECTORY"] for e in seen["envs"]] == [env["CUDA_MPS_PIPE_DIRECTORY"]] * 2
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in seen["envs"]] == ["0", "1"]
+    assert not Path(env["CUDA_MPS_PIPE_DIRECTORY"]).exists()           # its folders go with it
+    # without --mps: no daemon, the jobs' environment is the scheduler's own
+    with study.multi_process_service(study.parse_args(["--gpus", "1"])) as env:
+        assert env == {}
+    assert len(calls.read_text().splitlines()) == 2
