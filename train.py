@@ -129,8 +129,7 @@ def packing(cfg, model, device):
         return None
     if switched_on(cfg.compile, device):
         return fast.SteadyPacking(multiple=64)
-    key_cost = 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
-    return functools.partial(fast.plan_packing, key_cost=key_cost)
+    return functools.partial(fast.plan_packing, key_cost=fast.key_cost(model))
 
 
 # --- 6. Optimizer and schedule --------------------------------------------------------------------

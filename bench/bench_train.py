@@ -136,7 +136,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     make_ms = (time.perf_counter() - t0) / n * 1000
     if pack:
         # train.py --pack true: rows widths a multiple of 64 where compiled, as the unpacked lengths are
-        key_cost = 0.0 if impl == "flex" else fast.key_cost(model)   # flex skips the tiles between passages
+        key_cost = fast.key_cost(model)            # 0 on flex: it skips the tiles between passages
         # widths a multiple of 64 for static compiled shapes (train.py's); of 8 where compiled for any shape
         multiple = 8 if dynamic and compiled else obj.pad_multiple
         batches = [fast.plan_packing(b, multiple, key_cost) for b in batches]
@@ -221,9 +221,8 @@ def bench_loop(name, options, label, args, device, pack=False):
     import train
     packing = train.packing
     if pack is not True and pack:
-        cost = lambda model: 0.0 if model.config.attn_impl == "flex" else fast.key_cost(model)
         train.packing = lambda cfg, model, device: functools.partial(fast.plan_packing, multiple=pack,
-                                                                     key_cost=cost(model))
+                                                                     key_cost=fast.key_cost(model))
     out = Path(tempfile.mkdtemp(prefix=f"loop-{name}-"))
     flags = ["--objective", name, "--preset", args.preset, "--vocab_size", str(args.vocab), "--seq_len",
              str(args.seq_len), "--batch_size", str(args.batch), "--max_steps", str(args.loop_steps),

@@ -261,7 +261,10 @@ def pack_rows(lengths, width):
 
 def key_cost(model):
     """Attention's training FLOPs per token and per key it attends, over the rest of a token's FLOPs
-    (model.estimate_flops = rest + key_cost * rest * width): what a wider packed row costs."""
+    (model.estimate_flops = rest + key_cost * rest * width): what a wider packed row costs. On the
+    flex path nothing: FlexAttention skips the tiles between passages."""
+    if model.config.attn_impl == "flex":
+        return 0.0
     rest = model.estimate_flops(0)
     return (model.estimate_flops(1) - rest) / rest
 

@@ -97,6 +97,9 @@ def test_pack_width_saves_the_last_row():
     assert rows * width <= 4 * 120 and width >= 100
     assert fast.pack_width(lengths, multiple=64) % 64 == 0
     assert fast.pack_width([100, 100, 100], key_cost=0.01) == 100   # nothing to gain, width costs
+    # the price of width: what dense attention computes per key; FlexAttention skips the tiles between passages
+    assert fast.key_cost(tiny_model(100, attn_impl="sdpa")) > 0
+    assert fast.key_cost(tiny_model(100, attn_impl="flex")) == 0
 
 
 @pytest.mark.parametrize("name,task", TASKS)
