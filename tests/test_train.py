@@ -52,15 +52,15 @@ def test_resume_continues_exactly(tmp_path, corpus, objective):
     assert sorted(a) == sorted(b) == list(range(1, 9))
     for step in range(1, 9):
         assert a[step] == b[step], (step, a[step], b[step])
-    wa = torch.load(straight / "ckpt.pt", weights_only=False)["model"]
-    wb = torch.load(half / "ckpt.pt", weights_only=False)["model"]
+    wa = torch.load(straight / "ckpt.pt", weights_only=True)["model"]
+    wb = torch.load(half / "ckpt.pt", weights_only=True)["model"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_checkpoint_is_complete_and_loss_falls(tmp_path, corpus):
     out = run(["--objective", "unilm", "--max_steps", "30", "--lm_type", "bidirectional", "--nsp", "false"],
               tmp_path, corpus, "run")
-    ck = torch.load(out / "ckpt.pt", weights_only=False)
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
     for key in ("model", "optimizer", "step", "model_config", "vocab", "train_config", "rng", "data_state"):
         assert key in ck
     assert ck["step"] == 30 and ck["vocab"][:7] == ["[PAD]", "[UNK]", "[SOS]", "[EOS]", "[MASK]", "[P]", "[ATTN]"]
@@ -102,7 +102,7 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, corpus, monke
         run(["--objective", "unilm", "--max_steps", "10", "--ckpt_interval", "2"], tmp_path, corpus, "nan")
     err = capsys.readouterr().err
     assert "non-finite loss nan at step 4" in err and "first example starts" in err
-    assert torch.load(tmp_path / "nan" / "ckpt.pt", weights_only=False)["step"] == 2
+    assert torch.load(tmp_path / "nan" / "ckpt.pt", weights_only=True)["step"] == 2
 
 
 def free_port():
@@ -122,7 +122,7 @@ def test_torchrun_ddp_two_cpu_ranks_stay_identical(tmp_path, corpus):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "-> identical" in res.stdout
     assert "2 process(es)" in res.stdout
-    ck = torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=False)
+    ck = torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=True)
     assert ck["step"] == 4 and len(ck["data_state"]) == 2
 
 
@@ -482,6 +482,6 @@ def test_cpu_optimizer_over_all_tensors_at_once_gives_the_one_at_a_time_numbers(
     # train.py asked for foreach; the loop run had it turned off
     assert made == [True]
     assert losses(fast_run) == losses(loop_run) and sorted(losses(fast_run)) == list(range(1, 9))
-    wa = torch.load(fast_run / "ckpt.pt", weights_only=False)["model"]
-    wb = torch.load(loop_run / "ckpt.pt", weights_only=False)["model"]
+    wa = torch.load(fast_run / "ckpt.pt", weights_only=True)["model"]
+    wb = torch.load(loop_run / "ckpt.pt", weights_only=True)["model"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
