@@ -129,6 +129,37 @@ def test_every_ablation_names_a_system_and_every_objective_a_control():
         assert study.SYSTEMS[f"{objective}/no pre-training"]["control"]
 
 
+def test_a_recipe_system_fine_tunes_with_its_own_flags_and_decodes_with_its_length_penalty(
+        tmp_path, monkeypatch):
+    """The recipe search's systems: their fine-tuning options reach train.py after the study's own
+    flags (the last one wins: config.parse_args reads lr 1e-3, not the study's 3e-4), their
+    pre-training is pmlm/AE only's, and their length penalty replaces the task's in decoding."""
+    import config
+    import train
+    args = study.parse_args(["--out", str(tmp_path), "--data_dir", str(tmp_path)])
+    cfg = study.settings(args)
+    seen = {}
+    monkeypatch.setattr(train, "main", lambda flags: seen.update(flags=flags))
+    monkeypatch.setattr(study, "finetune_flops", lambda ckpt, task, batch, args: seen.update(batch=batch) or 1.0)
+    monkeypatch.setattr(study, "score", lambda ckpt, task, cfg, args, lp: seen.update(lp=lp) or {})
+    (tmp_path / "squad_qg").mkdir()
+    for name, line in (("src-dev.txt", "a paragraph ."), ("tgt-dev.txt", "a question ?")):
+        (tmp_path / "squad_qg" / name).write_text(f"{line}\n" * 10)
+    pre = study.pre_dir(args, "pmlm/AE only", 0)
+    pre.mkdir(parents=True)
+    (pre / "done.json").write_text("{}")
+    study.run_cell("pmlm/AE only/ft lr 1e-3", "gigaword", 0, cfg, args)
+    train_cfg = config.parse_args(seen["flags"])[0]
+    assert train_cfg.lr == 1e-3 and train_cfg.init_from == str(pre / "ckpt.pt")
+    assert seen["lp"] == study.TASKS["gigaword"]["lp"] == 0.6 and seen["batch"] == 64
+    study.run_cell("pmlm/AE only/ft batch 32", "squad_qg", 0, cfg, args)
+    assert config.parse_args(seen["flags"])[0].batch_size == 32 and seen["batch"] == 32
+    study.run_cell("pmlm/AE only/longer outputs", "squad_qg", 0, cfg, args)
+    assert config.parse_args(seen["flags"])[0].lr == cfg["ft_lr"] == 3e-4 and seen["lp"] == 2.0
+    cell = json.loads((tmp_path / "staged" / "pmlm-ae-only-longer-outputs__squad_qg__seed0.json").read_text())
+    assert cell["pretrained_as"] == "pmlm/AE only" and cell["objective"] == "pmlm"
+
+
 def test_pmlm_ae_only_appends_nothing_and_is_l_ae():
     """UniLMv2 4.6, Table 6 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
     import data
