@@ -149,8 +149,9 @@ SYSTEMS = {
     "pmlm/AE only/ft lr 1e-3": recipe(lr=1e-3),
     "pmlm/AE only/ft lr 1e-4": recipe(lr=1e-4),
     "pmlm/AE only/ft batch 32": recipe(batch_size=32),
-    "pmlm/AE only/ft dropout 0.2": recipe(dropout=0.2),
-    "pmlm/AE only/longer outputs": recipe(lp={"gigaword": 1.2, "squad_qg": 2.0}),
+    "pmlm/AE only/ft lr 2e-3": recipe(lr=2e-3),
+    "pmlm/AE only/ft lr 1e-3 dropout 0.2": recipe(lr=1e-3, dropout=0.2),
+    "pmlm/AE only/ft lr 1e-3 longer outputs": recipe(lr=1e-3, lp={"gigaword": 1.2, "squad_qg": 2.0}),
 }
 # what pre-training adds: each pre-trained system and the same fine-tuning from random weights
 GAIN_PAIRS = [("unilm", "unilm/no pre-training"), ("pmlm", "pmlm/no pre-training"),

@@ -154,9 +154,10 @@ def test_a_recipe_system_fine_tunes_with_its_own_flags_and_decodes_with_its_leng
     assert seen["lp"] == study.TASKS["gigaword"]["lp"] == 0.6 and seen["batch"] == 64
     study.run_cell("pmlm/AE only/ft batch 32", "squad_qg", 0, cfg, args)
     assert config.parse_args(seen["flags"])[0].batch_size == 32 and seen["batch"] == 32
-    study.run_cell("pmlm/AE only/longer outputs", "squad_qg", 0, cfg, args)
-    assert config.parse_args(seen["flags"])[0].lr == cfg["ft_lr"] == 3e-4 and seen["lp"] == 2.0
-    cell = json.loads((tmp_path / "staged" / "pmlm-ae-only-longer-outputs__squad_qg__seed0.json").read_text())
+    study.run_cell("pmlm/AE only/ft lr 1e-3 longer outputs", "squad_qg", 0, cfg, args)
+    assert config.parse_args(seen["flags"])[0].lr == 1e-3 and seen["lp"] == 2.0
+    stem = "pmlm-ae-only-ft-lr-1e-3-longer-outputs__squad_qg__seed0"
+    cell = json.loads((tmp_path / "staged" / f"{stem}.json").read_text())
     assert cell["pretrained_as"] == "pmlm/AE only" and cell["objective"] == "pmlm"
 
 
