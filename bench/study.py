@@ -20,7 +20,8 @@ ignored folder survives between calls) a pre-training stopped at the limit resum
 (train.py --resume); on a fresh machine it starts again.
   systems    the four objectives, each fine-tuned with its own recipe; a no-pre-training control per
              objective (its fine-tuning recipe from random weights); the papers' cheap ablations
-             (3 seeds); the diagnostics of ERNIE-GEN's and PALM's results (1 seed). SYSTEMS below.
+             (3 seeds); the diagnostics of ERNIE-GEN's and PALM's results (1 seed); the recipe
+             search: pmlm/AE only's pre-training fine-tuned or decoded otherwise (1 seed). SYSTEMS below.
   compute    every system pre-trains on the same number of CORPUS tokens (objective.corpus_tokens:
              the text it reads, not the [P] / [ATTN] rows it adds), with the same model, vocabulary,
              data, batch and learning rate; each cell records its wall time and FLOPs
@@ -81,20 +82,20 @@ ERNIE_FT = {"gigaword": dict(rho_f=0.5), "squad_qg": dict(rho_f=0.7)}
 
 
 def system(objective, control=False, pre=None, ft=None, ft_task=None, pretrained_as=None,
-           ablation_of=None, seeds=None, lp=None):
+           ablation_of=None, seeds=None, lp=None, recipe=False):
     """One system: its objective, pre-training options (none for a control), fine-tuning options (all
     tasks, then per task; train.py's flags, so lr or batch_size replace the study's), the system
     whose pre-training it reuses, what it ablates, its seeds, its decoding length penalty per task
-    (else TASKS')."""
+    (else TASKS'), whether it is one of the recipe search's variants."""
     return dict(objective=objective, control=control, pre=pre or {}, ft=ft or {},
                 ft_task=ft_task or {}, pretrained_as=pretrained_as, ablation_of=ablation_of,
-                seeds=seeds, lp=lp or {})
+                seeds=seeds, lp=lp or {}, recipe=recipe)
 
 
 def recipe(lp=None, **ft):
     """pmlm/AE only's pre-training, fine-tuned or decoded otherwise (seed 0)."""
     return system("pmlm", ft=ft, lp=lp, pretrained_as="pmlm/AE only", ablation_of="pmlm/AE only",
-                  seeds=(0,))
+                  seeds=(0,), recipe=True)
 
 
 SYSTEMS = {
@@ -166,6 +167,8 @@ TASKS = {
                      main="bleu"),
     "docsum": dict(lp=1.0, metrics=("rouge1", "rouge2", "rougeL"), main="rougeL"),
 }
+# issue 22's quality bar at this budget: the best system's score, in TASKS' main metric
+GOALS = {"gigaword": 30, "squad_qg": 7}
 NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "bleu": "BLEU-4"}
 # colours per objective (the notebook's pictures)
 COLORS = {"unilm": "tab:blue", "pmlm": "tab:orange", "ernie_gen": "tab:green", "palm": "tab:red"}
@@ -839,13 +842,14 @@ def goals(cells, tasks):
             met = "met" if gap > bound and min(full[3], ctrl[3]) >= 2 else "not met"
             lines.append(f"- {objective} vs its control on {task} ({NAMES[main]}): {gap:+.2f} "
                          f"against 3 std = {bound:.2f} ({full[3]} / {ctrl[3]} seeds): {met}")
-    for task, metric, goal in (("gigaword", "rougeL", 30), ("squad_qg", "bleu", 7)):
+    for task, metric, goal in (("gigaword", "rougeL", GOALS["gigaword"]), ("squad_qg", "bleu", GOALS["squad_qg"])):
         if task in tasks:
-            best = [(summary(cells, n, task, metric)[0], n) for n in SYSTEMS
-                    if summary(cells, n, task, metric)]
+            best = [(summary(cells, n, task, metric)[0], n, summary(cells, n, task, metric)[3])
+                    for n in SYSTEMS if summary(cells, n, task, metric)]
             if best:
-                value, name = max(best)
-                lines.append(f"- best {task} {NAMES[metric]}: {value:.2f} ({name}), goal >= {goal}: "
+                value, name, seeds = max(best)
+                lines.append(f"- best {task} {NAMES[metric]}: {value:.2f} ({name}, {seeds} "
+                             f"seed{'s' if seeds > 1 else ''}), goal >= {goal}: "
                              f"{'met' if value >= goal else 'not met'}")
             else:
                 lines.append(f"- best {task} {NAMES[metric]}: not run yet (goal >= {goal})")
@@ -908,12 +912,42 @@ def legend(ax):
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
+def plot_recipe(ax, cells, task):
+    """The recipe search on one task: each variant's score (one seed) as a point, against the study's
+    recipe on the same pre-training (its mean over seeds, a band of one std) and issue 22's bar."""
+    metric = TASKS[task]["main"]
+    base = summary(cells, "pmlm/AE only", task, metric)
+    if base:
+        ax.axhspan(base[0] - base[1], base[0] + base[1], color=COLORS["pmlm"], alpha=0.25)
+        ax.axhline(base[0], color=COLORS["pmlm"], label=f"the study's recipe ({base[3]} seeds, ± std)")
+    ax.axhline(GOALS[task], color="black", linestyle="--", label="issue 22's bar")
+    names = [name for _, name in recipe_pairs()]
+    for i, name in enumerate(names):
+        s = summary(cells, name, task, metric)
+        if s:
+            ax.plot(i, s[0], "o", color=COLORS["pmlm"], markeredgecolor="black")
+            ax.annotate(f"{s[0]:.2f}", (i, s[0]), textcoords="offset points", xytext=(0, 6), ha="center",
+                        fontsize=7)
+        else:
+            ax.text(i, ax.get_ylim()[0], "not run", ha="center", fontsize=7)
+    ax.set_xticks(range(len(names)), [n.split("/")[-1].replace("ft ", "") for n in names], fontsize=7,
+                  rotation=20)
+    ax.set_ylabel(f"{NAMES[metric]} (seed 0)")
+    ax.set_title(f"{task}: pmlm/AE only fine-tuned otherwise", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+
+
 def control_pairs():
     return [(o, f"{o}/no pre-training") for o in COLORS]
 
 
 def ablation_pairs():
-    return [(SYSTEMS[n]["ablation_of"], n) for n in SYSTEMS if SYSTEMS[n]["ablation_of"]]
+    return [(SYSTEMS[n]["ablation_of"], n) for n in SYSTEMS
+            if SYSTEMS[n]["ablation_of"] and not SYSTEMS[n]["recipe"]]
+
+
+def recipe_pairs():
+    return [(SYSTEMS[n]["ablation_of"], n) for n in SYSTEMS if SYSTEMS[n]["recipe"]]
 
 
 # --- the command line ------------------------------------------------------------------------------
