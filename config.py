@@ -82,8 +82,6 @@ RECIPES = {"tiny": dict(vocab_size=4096, lr=1e-3, batch_size=16, max_steps=2200)
 
 
 # --- Flags -> values ------------------------------------------------------------------------------
-
-
 def parse_value(text, default, key):
     """Turn a command-line string into the type of the default."""
     if isinstance(default, bool):
@@ -184,8 +182,6 @@ def check_settings(cfg):
 
 
 # --- The settings no flag gave --------------------------------------------------------------------
-
-
 def model_settings(cfg, model_flags, ckpt=None):
     """ModelConfig fields: the preset, the objective's needs, a checkpoint's shapes, the flags."""
     needs = objective_class(cfg.objective).model_defaults
@@ -250,8 +246,6 @@ def restore_settings(ckpt, cfg, model_flags, obj_flags, given, path):
 
 
 # --- A checkpoint's settings: the run to resume, the model to fine-tune ---------------------------
-
-
 def out_dir_of(cfg):
     return Path(cfg.out_dir or f"out/{cfg.objective}-{cfg.task}")
 
@@ -315,8 +309,6 @@ def check_compatible(ckpt, model_cfg, tok, path):
 
 
 # --- The commands a run prints at its end ---------------------------------------------------------
-
-
 def resume_command(cfg, world):
     launcher = f"torchrun --nproc_per_node {world} train.py" if world > 1 else "python train.py"
     return f"{launcher} --resume --out_dir {out_dir_of(cfg)}"
@@ -340,8 +332,6 @@ def next_command(cfg):
 
 
 # --- --help ---------------------------------------------------------------------------------------
-
-
 def help_text(argv, intro=""):
     """Every setting, the value THIS run would use (recipe, model shape, objective's needs, flags)
     and its one-line description: python train.py [--objective X] [any flag] --help."""

@@ -430,11 +430,10 @@ class Transformer(nn.Module):
         return self.nsp_head(h_first)
 
     # --- bookkeeping ------------------------------------------------------------------------------
-    def num_params(self, non_embedding=True):
+    def num_params(self):
+        """Parameters outside the embedding tables (the count FLOPs and papers quote)."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            n -= sum(e.weight.numel() for e in (self.tok_emb, self.pos_emb, self.seg_emb))
-        return n
+        return n - sum(e.weight.numel() for e in (self.tok_emb, self.pos_emb, self.seg_emb))
 
     def describe(self):
         """'2 layers, 128 wide, 0.52M parameters (+0.59M in embeddings)': what train.py prints."""

@@ -54,8 +54,6 @@ from utils import (Dist, UsageError, check_replicas_agree, exit_with_error, mast
 
 
 # --- 4. Data --------------------------------------------------------------------------------------
-
-
 def load_data(cfg, obj_opts, tok, show):
     """-> (tokenizer, {"train", "valid"} examples, objective options, info): the corpus or the
     (source, target) pairs, then what the objective prepares from the training split."""
@@ -79,8 +77,6 @@ def load_data(cfg, obj_opts, tok, show):
 
 
 # --- 5. Model -------------------------------------------------------------------------------------
-
-
 def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
     """-> (model on its device, objective), a checkpoint's weights loaded (strictly on --resume)."""
     try:
@@ -133,8 +129,6 @@ def packing(cfg, model, device):
 
 
 # --- 6. Optimizer and schedule --------------------------------------------------------------------
-
-
 def make_optimizer(model, cfg, device):
     """AdamW; no weight decay on biases, LayerNorms and position/segment/relative-bias tables."""
     no_decay_names = ("pos_emb", "seg_emb", "rel_bias")
@@ -178,8 +172,6 @@ class LossModule(torch.nn.Module):
 
 
 # --- 7. The loop: its state lives in one Run, the steps below are plain functions of it ----------
-
-
 @dataclass
 class Run:
     cfg: TrainConfig
@@ -393,7 +385,6 @@ def loop(run, autocast):
 
 
 # --- 8. The end -----------------------------------------------------------------------------------
-
 # Ctrl-C (SIGINT) and SIGTERM ask the loop to stop at the next log step, after a checkpoint; a
 # second one stops at once (the last checkpoint is kept: they are written atomically).
 STOP_SIGNAL = []
@@ -425,8 +416,6 @@ def finish(run):
 
 
 # --- The run, phase by phase ----------------------------------------------------------------------
-
-
 def main(argv):
     # 1. settings: parsed and checked before anything is read or written
     if "--help" in argv or "-h" in argv:

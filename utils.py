@@ -28,8 +28,6 @@ def exit_with_error(prog, error):
 
 
 # --- Files ----------------------------------------------------------------------------------------
-
-
 def read_text(path):
     """A file's UTF-8 text (BOM dropped); clear errors for a missing path, a folder, not UTF-8."""
     path = Path(path)
@@ -82,8 +80,6 @@ def atomic_write(path, content):
 
 
 # --- Devices and processes ------------------------------------------------------------------------
-
-
 def pick_device(name="auto"):
     """auto: cuda when a GPU is visible, else cpu; cpu, cuda, cuda:N are checked on this machine."""
     import torch
@@ -161,7 +157,6 @@ def check_replicas_agree(model, dist_):
 
 
 # --- Checkpoints: data, never programs ------------------------------------------------------------
-
 CHECKPOINT_KEYS = ("model", "model_config", "vocab", "objective")
 NOT_A_CHECKPOINT = ("not a unigen checkpoint (torch.load cannot read it: another format, or a "
                     "truncated file)")

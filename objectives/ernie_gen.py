@@ -35,7 +35,6 @@ T_CRITICAL = 2.576
 
 
 # --- words and the span vocabulary ----------------------------------------------------------------
-
 def continuation_ids(tokenizer):
     """Ids of the `##` pieces: they continue the word before them."""
     return frozenset(i for i in range(len(tokenizer)) if tokenizer.id_to_token(i).startswith("##"))
@@ -145,7 +144,6 @@ def load_span_vocab(path, tokenizer):
 
 
 # --- Eq. 2-6 flow by flow: the naive computation --------------------------------------------------
-
 def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
     """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention,
     per layer (Eq. 2-4, masks of Eq. 6 written from the equations, not from masks.multi_flow),
@@ -204,7 +202,6 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
 
 
 # --- the objective --------------------------------------------------------------------------------
-
 class ErnieGenObjective(Objective):
     name = "ernie_gen"
     # infilling decoding (3.4): [ATTN] at the next position, dropped after each step

@@ -132,17 +132,8 @@ def pseudo_masked(kind, step):
     """UniLMv2's pseudo-masked LM mask (section 3.2, Figure 5): the context (text and [M]) CTX, a
     masked block's appended originals ORIG and [P]s PSEUDO of its factorization step r. A [P] never
     sees its own originals (no explicit leakage), the context no ORIG (no implicit one).
-
-    The paper's example: x1..x6, blocks {x4, x5} (r = 1) then {x2} (r = 2):
-                  x1 M2 x3 M4 M5 x6 | x4 x5 P4 P5 x2 P2
-        x1 .. x6   1  1  1  1  1  1 |  0  0  0  0  0  0
-        x4, x5     1  1  1  1  1  1 |  1  1  0  0  0  0
-        P4, P5     1  1  1  1  1  1 |  0  0  1  1  0  0
-        x2         1  1  1  1  1  1 |  1  1  0  0  1  0
-        P2         1  1  1  1  1  1 |  1  1  0  0  0  1
-
     Fine-tuning (3.4): source CTX, target token j ORIG of step j, its [P] PSEUDO of step j.
-    """
+    docs/objectives.md ("UniLMv2's mask") draws the paper's example."""
     return attention_mask(kind, step)
 
 
@@ -155,18 +146,5 @@ def multi_flow(kind, step):
       contextual flow M_C:  S' sees S';  T'_i sees S' + T'_<=i    (never an [ATTN] row: Eq. 5 holds)
       word flow M_W:        [ATTN]_i sees S' + T'_<i + itself
       span flow M_S:        [ATTN]_j (j in [b, e)) sees S' + T'_<b + itself
-
-    Example: S' = s1 s2, T' = t1 t2 t3, spans {t1} (step 1) and {t2, t3} (both step 2):
-                  s1 s2 t1 t2 t3 | W1 W2 W3 | S1 S2 S3
-        s1, s2     1  1  0  0  0 |  0  0  0 |  0  0  0
-        t1         1  1  1  0  0 |  0  0  0 |  0  0  0
-        t2         1  1  1  1  0 |  0  0  0 |  0  0  0
-        t3         1  1  1  1  1 |  0  0  0 |  0  0  0
-        W1 (i=1)   1  1  0  0  0 |  1  0  0 |  0  0  0
-        W2 (i=2)   1  1  1  0  0 |  0  1  0 |  0  0  0
-        W3 (i=3)   1  1  1  1  0 |  0  0  1 |  0  0  0
-        S1 (b=1)   1  1  0  0  0 |  0  0  0 |  1  0  0
-        S2 (b=2)   1  1  1  0  0 |  0  0  0 |  0  1  0
-        S3 (b=2)   1  1  1  0  0 |  0  0  0 |  0  0  1
-    """
+    docs/objectives.md ("ERNIE-GEN's multi-flow mask") draws an example."""
     return attention_mask(kind, step)
