@@ -174,6 +174,13 @@ class Objective:
     def check_options(self):
         """Raise ValueError for an option value that makes no sense (the end of __init__)."""
 
+    def check_probabilities(self, *keys):
+        """For check_options: a ValueError naming the first of these options outside [0, 1]."""
+        for k in keys:
+            if not 0 <= getattr(self, k) <= 1:
+                raise ValueError(f"objectives/{self.name}.py: {k}={getattr(self, k)} is not a "
+                                 "probability (in [0, 1])")
+
     def set_step(self, step, total_steps):
         """train.py calls this before building the batch of step `step` (0-based) of total_steps."""
 

@@ -221,10 +221,7 @@ class ErnieGenObjective(Objective):
                               "train.py builds one")
 
     def check_options(self):
-        for k in ("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune"):
-            if not 0.0 <= float(getattr(self, k)) <= 1.0:
-                raise ValueError(f"objectives/ernie_gen.py: {k}={getattr(self, k)} "
-                                 "must lie in [0, 1]")
+        self.check_probabilities("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune")
         if self.max_len < 3:
             raise ValueError(f"objectives/ernie_gen.py: max_len={self.max_len} "
                              "cannot hold [SOS] [EOS] [EOS]")

@@ -85,9 +85,7 @@ class PalmObjective(Objective):
         if not 0 < self.context_frac < 1:
             raise ValueError(f"objectives/palm.py: context_frac={self.context_frac} "
                              "must be in (0, 1)")
-        for k in ("mask_prob", "stage1_frac"):
-            if not 0 <= getattr(self, k) <= 1:
-                raise ValueError(f"objectives/palm.py: {k}={getattr(self, k)} must be in [0, 1]")
+        self.check_probabilities("mask_prob", "stage1_frac")
         if self.boundary_slack < 0 or self.mlm_weight < 0 or self.copy_chunk < 0:
             raise ValueError("objectives/palm.py: boundary_slack, mlm_weight and copy_chunk "
                              "must be >= 0")

@@ -6,13 +6,9 @@ prediction sees its answer.
     position   1  2   3  4   5   6 |  4  5  4   5  |  2  2   appended tokens REUSE the positions
     predicts      x2     x4  x5    |        x4  x5 |     x2  [M]: L_AE (Eq. 3)   [P]: L_PAR (Eq. 6)
 
-1. Input (2.2): [SOS] S1 [EOS] S2 [EOS], S1 | S2 cut at a random sentence boundary (no NSP).
-2. Blockwise masking (Algorithm 1): blocks of 1 token (60%) or 2..6 tokens (40%) at uniform starts,
-   kept if none of their tokens is masked yet, until >= 15% of the text is masked; a block lies
-   inside S1 or S2. The blocks in sampled order are the factorization order M_1..M_|M|.
-3. Corruption (4.1): 80/10/10. 4. Each block's originals and [P]s appended (3.2, Figure 4).
-5. Mask: masks.pseudo_masked (3.2, Figure 5). 6. Loss: L = L_AE + L_PAR (Eq. 7).
-A slot that keeps its token (the 10%) leaves the PAR factorization: it would show its answer.
+The steps, in file order: input (2.2), blockwise masking (Algorithm 1), corruption 80/10/10 (4.1),
+the blocks appended (3.2, Figure 4), mask (masks.pseudo_masked), loss L_AE + L_PAR (Eq. 7). A slot
+that keeps its token (the 10%) leaves the PAR factorization: it would show its answer.
 Fine-tuning (3.4): [SOS] src [EOS] | y_1 .. y_T [EOS] | one [P] per target token.
 Left out: whole-word masking, the NLU heads. The pre-training code was never released: the S1/S2
 cut, the length budgets and the kept-slot rule are ours.
@@ -104,11 +100,8 @@ class PMLMObjective(Objective):
                        "no block appended (4.6, Table 6 '- PAR')")
 
     def check_options(self):
-        probabilities = ("mask_prob", "block_prob", "mask_token_prob", "random_token_prob",
-                         "target_noise_prob")
-        for k in probabilities:
-            if not 0 <= getattr(self, k) <= 1:
-                raise ValueError(f"objectives/pmlm.py: {k}={getattr(self, k)} is not a probability")
+        self.check_probabilities("mask_prob", "block_prob", "mask_token_prob", "random_token_prob",
+                                 "target_noise_prob")
         if self.mask_token_prob + self.random_token_prob > 1:
             raise ValueError("objectives/pmlm.py: mask_token_prob + random_token_prob must be <= 1")
         if self.mask_prob <= 0 or self.max_block < 2:

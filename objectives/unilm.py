@@ -80,10 +80,7 @@ class UniLMObjective(Objective):
         if min(self.weights) < 0 or sum(self.weights) <= 0:
             raise ValueError(f"objectives/unilm.py: LM weights {self.weights} "
                              "must be >= 0 with a positive sum")
-        for k in ("mask_prob", "span_prob", "nsp_negative_prob", "target_mask_prob"):
-            if not 0 <= getattr(self, k) <= 1:
-                raise ValueError(f"objectives/unilm.py: {k}={getattr(self, k)} "
-                                 "is not a probability")
+        self.check_probabilities("mask_prob", "span_prob", "nsp_negative_prob", "target_mask_prob")
         if self.max_len < 5:
             raise ValueError(f"objectives/unilm.py: max_len={self.max_len} "
                              "cannot hold [SOS] a [EOS] b [EOS]")
