@@ -50,6 +50,12 @@ CUDA's multi-process service (--mps) 39.2, 1.33x two; a batch of 256, eight proc
 CUDA graphs add nothing. Four fine-tunings under --mps on one H100 ran about 1.5x the cells a minute of
 two without it (on an H200). Projected for all 90 cells with --per_gpu 4 --mps: about 25-29 minutes;
 not yet run at full size. --per_gpu, --mps, --pre_batch, --compile and --workers are the knobs.
+The recipe search (tenth session, SYSTEMS' last five): fine-tuning at peak lr 1e-3 beat the study's 3e-4 on
+both tasks for pmlm/AE only (one seed). --ft_lr 1e-3 runs the whole study with it; its cells differ in
+settings, so they go to their own folder and page:
+    python bench/study.py --ft_lr 1e-3 --cells bench/study/cells-ft-lr-1e-3 --gpus 4 --per_gpu 4 --mps ...
+    python bench/study.py import FILE.jsonl --cells bench/study/cells-ft-lr-1e-3
+    python bench/study.py report --cells bench/study/cells-ft-lr-1e-3 --page bench/study/ft-lr-1e-3.md
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
@@ -184,7 +190,7 @@ def settings(args):
         return dict(preset="tiny", vocab=2048, corpus_tokens=12_000, seq_len=96, batch=16,
                     ft_steps=8, ft_batch=8, lr=1e-3, ft_lr=1e-3, tasks=["docsum"], n_score=8)
     return dict(preset="small", vocab=16384, corpus_tokens=40_000_000, seq_len=256,
-                batch=args.pre_batch, lr=args.pre_lr, ft_steps=1500, ft_batch=64, ft_lr=3e-4,
+                batch=args.pre_batch, lr=args.pre_lr, ft_steps=1500, ft_batch=64, ft_lr=args.ft_lr,
                 tasks=["gigaword", "squad_qg"], n_score=None)
 
 
@@ -672,7 +678,7 @@ def forwarded(args):
     flags = ["--out", args.out, "--data_dir", args.data_dir, "--cache_dir", args.cache_dir,
              "--compile", args.compile,
              "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
-             str(args.pre_lr)]
+             str(args.pre_lr), "--ft_lr", str(args.ft_lr)]
     return flags + (["--tiny"] if args.tiny else [])
 
 
@@ -973,6 +979,9 @@ def parse_args(argv):
     ap.add_argument("--only", default="", help="comma-separated systems (any subset of SYSTEMS)")
     ap.add_argument("--pre_batch", type=int, default=128, help="pre-training batch (all objectives)")
     ap.add_argument("--pre_lr", type=float, default=7e-4, help="pre-training peak learning rate")
+    ap.add_argument("--ft_lr", type=float, default=3e-4,
+                    help="fine-tuning peak learning rate (all systems; another value is another "
+                         "study: give it its own --cells and --page)")
     ap.add_argument("--compile", default="auto", choices=("auto", "true", "false"),
                     help="train.py's --compile for every job")
     ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
@@ -993,6 +1002,8 @@ def parse_args(argv):
     args.cache_dir = args.cache_dir or str(Path(args.out) / "cache")
     if args.per_gpu < 1 or args.gpus < 0:
         raise UsageError("--per_gpu must be >= 1 and --gpus >= 0")
+    if not (args.pre_lr > 0 and args.ft_lr > 0):
+        raise UsageError("--pre_lr and --ft_lr must be > 0")
     if args.mps and not args.gpus:
         raise UsageError("--mps shares GPUs between jobs: it needs --gpus 1 or more")
     if args.mps and not shutil.which(MPS_CONTROL):
