@@ -423,7 +423,8 @@ def run_cell(name, task, seed, cfg, args):
                 pretrained_as=spec["pretrained_as"], pretrain=pre)
     ft_batch = options.get("batch_size", cfg["ft_batch"])
     cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=ft_seconds,
-                            flops=cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, ft_batch, args))
+                            flops=cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, ft_batch,
+                                                                   args))
     cell.update(score(out / "ckpt.pt", task, cfg, args, spec["lp"].get(task, TASKS[task]["lp"])))
     atomic_write(Path(args.out) / "staged" / f"{cell_stem(name, task, seed)}.json", json.dumps(cell))
 
@@ -848,10 +849,11 @@ def goals(cells, tasks):
             met = "met" if gap > bound and min(full[3], ctrl[3]) >= 2 else "not met"
             lines.append(f"- {objective} vs its control on {task} ({NAMES[main]}): {gap:+.2f} "
                          f"against 3 std = {bound:.2f} ({full[3]} / {ctrl[3]} seeds): {met}")
-    for task, metric, goal in (("gigaword", "rougeL", GOALS["gigaword"]), ("squad_qg", "bleu", GOALS["squad_qg"])):
+    for task, metric in (("gigaword", "rougeL"), ("squad_qg", "bleu")):
+        goal = GOALS[task]
         if task in tasks:
-            best = [(summary(cells, n, task, metric)[0], n, summary(cells, n, task, metric)[3])
-                    for n in SYSTEMS if summary(cells, n, task, metric)]
+            runs = {n: summary(cells, n, task, metric) for n in SYSTEMS}
+            best = [(s[0], n, s[3]) for n, s in runs.items() if s]
             if best:
                 value, name, seeds = max(best)
                 lines.append(f"- best {task} {NAMES[metric]}: {value:.2f} ({name}, {seeds} "
