@@ -161,6 +161,23 @@ def test_a_recipe_system_fine_tunes_with_its_own_flags_and_decodes_with_its_leng
     assert cell["pretrained_as"] == "pmlm/AE only" and cell["objective"] == "pmlm"
 
 
+def test_another_fine_tuning_lr_is_another_study(tmp_path, capsys):
+    """--ft_lr (the recipe search's lead, 1e-3): every job gets it, every cell records it, and the
+    committed cells of the study's 3e-4 are not taken as done for it."""
+    base = study.parse_args(["--out", str(tmp_path)])
+    other = study.parse_args(["--out", str(tmp_path), "--ft_lr", "1e-3"])
+    assert study.settings(base)["ft_lr"] == 3e-4 and study.settings(other)["ft_lr"] == 1e-3
+    flags = study.forwarded(other)
+    assert study.parse_args(["job", "[]"] + flags).ft_lr == 1e-3
+    cell = dict(system="pmlm", task="gigaword", seed=0, settings=study.settings_key(study.settings(base)))
+    study.write_cell(tmp_path / "cells", cell)
+    assert len(study.done_cells([tmp_path / "cells"], study.settings(base))) == 1
+    assert study.done_cells([tmp_path / "cells"], study.settings(other)) == {}
+    assert "1 cell(s) ran with other settings" in capsys.readouterr().out
+    with pytest.raises(study.UsageError, match="--pre_lr and --ft_lr must be > 0"):
+        study.parse_args(["--ft_lr", "0"])
+
+
 def test_pmlm_ae_only_appends_nothing_and_is_l_ae():
     """UniLMv2 4.6, Table 6 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
     import data
