@@ -331,11 +331,11 @@ def fills_example(examples, tok):
 
 
 # --- Helpers shared by the objectives -------------------------------------------------------------
-def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1, mask_id=None):
+def corrupt(token, tokenizer, rng, p_mask=0.8, p_random=0.1):
     """BERT's 80/10/10 (Devlin et al. 3.1): [MASK] p_mask, a random token p_random, else kept."""
     r = rng.random()
     if r < p_mask:
-        return tokenizer.mask_id if mask_id is None else mask_id
+        return tokenizer.mask_id
     if r < p_mask + p_random:
         return random_token(tokenizer, rng)
     return token
