@@ -224,23 +224,17 @@ class PMLMObjective(Objective):
     def compute_loss(self, model, batch):
         """L = L_AE (masked context slots) + L_PAR (the [P]s), from ONE forward pass (Eq. 7)."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
-        if self.task == "pretrain" and not self.par:
-            loss_ae, acc_ae = lm_loss(model, h, batch.labels, self.label_smoothing,
-                                      batch.labelled(CTX))
-            return loss_ae, {"loss": loss_ae.detach(), "loss_ae": loss_ae.detach(),
-                             "acc_ae": acc_ae}
         par = batch.kind == PSEUDO
-        # L_PAR (Eq. 6): at the [P]s
-        par_labels = batch.labels.masked_fill(~par, -100)
-        loss_par, acc_par = lm_loss(model, h, par_labels, self.label_smoothing,
-                                    batch.labelled(PSEUDO))
-        if self.task == "seq2seq":
-            return loss_par, {"loss": loss_par.detach(), "loss_par": loss_par.detach(),
-                              "acc_par": acc_par}
-        # L_AE (Eq. 3): at the masked context slots
-        ae_labels = batch.labels.masked_fill(par, -100)
-        loss_ae, acc_ae = lm_loss(model, h, ae_labels, self.label_smoothing,
-                                  batch.labelled(CTX, ORIG))
-        loss = loss_ae + loss_par                                                       # Eq. 7
-        return loss, {"loss": loss.detach(), "loss_ae": loss_ae.detach(),
-                      "loss_par": loss_par.detach(), "acc_ae": acc_ae, "acc_par": acc_par}
+        losses, accs = {}, {}
+        if self.task == "pretrain":
+            # L_AE (Eq. 3): at the masked context slots
+            losses["loss_ae"], accs["acc_ae"] = lm_loss(
+                model, h, batch.labels.masked_fill(par, -100), self.label_smoothing,
+                batch.labelled(CTX, ORIG))
+        if self.task == "seq2seq" or self.par:
+            # L_PAR (Eq. 6): at the [P]s (none appended without PAR, 4.6)
+            losses["loss_par"], accs["acc_par"] = lm_loss(
+                model, h, batch.labels.masked_fill(~par, -100), self.label_smoothing,
+                batch.labelled(PSEUDO))
+        loss = sum(losses.values())                                                     # Eq. 7
+        return loss, {"loss": loss.detach(), **{k: v.detach() for k, v in losses.items()}, **accs}
