@@ -269,8 +269,7 @@ class PointerGenerator(nn.Module):
       P(y)    = lambda P^v(y) + (1 - lambda) P^c(y)            (Eq. 7)
       lambda  = sigmoid(w^z . z_t + w^s . s_t + b^m)           (Eq. 8: the share GENERATED)
     Training calls `attend` and `mix(..., target=y)`. docs/model.md, "PALM's pointer-generator":
-    our P^v (the MLM head), why fp32 and log space, what `chunk` saves, what is left out.
-    """
+    our P^v (the MLM head), why fp32 and log space, what `chunk` saves, what is left out."""
 
     @staticmethod
     def _fp32(x):

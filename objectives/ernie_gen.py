@@ -150,8 +150,7 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
     for ONE example (1-D tensors, no padding) with the model's own pre-LN blocks -> the final
     states of X = [S'; T'], A_W and A_S (empty without a span flow). Slow, for reading and
     checking: no dropout, no relative bias (ERNIE-GEN uses none). docs/objectives.md
-    ("ERNIE-GEN") writes the three equations out.
-    """
+    ("ERNIE-GEN") writes the three equations out."""
     if model.rel_bias is not None:
         raise ValueError("separate_flows: the model has a relative position bias, "
                          "which ERNIE-GEN does not use")

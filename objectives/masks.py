@@ -22,13 +22,9 @@ PAD, CTX, ORIG, PSEUDO, SPAN = 0, 1, 2, 3, 4
 
 
 def may_attend(q_kind, q_step, k_kind, k_step, same):
-    """The one rule, elementwise: may a query of (q_kind, q_step) attend a key of
-    (k_kind, k_step)?
-
-    The arguments broadcast against each other: (B, L, 1) queries against (B, 1, L) keys give the
-    dense mask; scalars give one cell (FlexAttention's mask_mod). `same` says whether query and key
-    are the same token.
-    """
+    """The one rule, elementwise: may a query of (q_kind, q_step) attend a key of (k_kind, k_step)?
+    The arguments broadcast: (B, L, 1) queries against (B, 1, L) keys give the dense mask; scalars
+    give one cell (FlexAttention's mask_mod). `same`: whether query and key are the same token."""
     real_query = q_kind != PAD
     # everyone sees the context; the context sees only itself
     # (it never sees an appended or target token)
