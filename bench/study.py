@@ -49,7 +49,12 @@ sharing a GPU take turns, and each small kernel leaves most of it idle. MEASURED
 CUDA's multi-process service (--mps) 39.2, 1.33x two; a batch of 256, eight processes, or the blocks as
 CUDA graphs add nothing. Four fine-tunings under --mps on one H100 ran about 1.5x the cells a minute of
 two without it (on an H200). Projected for all 90 cells with --per_gpu 4 --mps: about 25-29 minutes;
-not yet run at full size. --per_gpu, --mps, --pre_batch, --compile and --workers are the knobs.
+not yet run at full size. MEASURED in the tenth session (one H100, --per_gpu 4 --mps, four control
+fine-tunings at once): eager fine-tunings took 73-79 s each (1.5-1.6 minutes with decoding), compiled ones
+103-138 s on a cold compile cache, so fine-tunings now run eager (--ft_compile false) while pre-trainings keep
+--compile. Projected from the rates measured (148,246 pre-training steps for the 30 pre-trainings at about 39
+steps/s a GPU, ERNIE-GEN's; 90 fine-tunings at 4 per 1.6 GPU-minutes): about 25-27 minutes of a 4-GPU
+machine. --per_gpu, --mps, --pre_batch, --compile, --ft_compile and --workers are the knobs.
 The recipe search (tenth session, SYSTEMS' last five): fine-tuning at peak lr 1e-3 beat the study's 3e-4 on
 both tasks for pmlm/AE only (one seed). --ft_lr 1e-3 runs the whole study with it; its cells differ in
 settings, so they go to their own folder and page:
@@ -292,11 +297,11 @@ def settings_key(cfg):
 
 # --- a pre-training job -------------------------------------------------------------------------
 
-def train_flags(cfg, objective, out, cache, args):
+def train_flags(cfg, objective, out, cache, args, compile):
     flags = ["--objective", objective, "--preset", cfg["preset"], "--vocab_size", str(cfg["vocab"]),
              "--cache_dir", cache, "--out_dir", str(out), "--progress", "false",
              "--overwrite", "true", "--eval_interval", "1000000", "--eval_batches", "1",
-             "--log_interval", "50", "--compile", args.compile]
+             "--log_interval", "50", "--compile", compile]
     if args.workers >= 0:
         flags += ["--workers", str(args.workers)]
     return flags
@@ -374,7 +379,7 @@ def run_pretraining(name, seed, cfg, args):
         flags = ["--resume", "--out_dir", str(folder), "--progress", "false", "--cache_dir", cache,
                  "--compile", args.compile]
     else:
-        flags = train_flags(cfg, spec["objective"], folder, cache, args)
+        flags = train_flags(cfg, spec["objective"], folder, cache, args, args.compile)
         flags += ["--max_steps", str(steps), "--seq_len", str(cfg["seq_len"]), "--batch_size",
                   str(cfg["batch"]), "--lr", str(cfg["lr"]), "--seed", str(seed)]
         flags += ["--data", corpus] if corpus else []
@@ -403,7 +408,7 @@ def run_cell(name, task, seed, cfg, args):
     if options.get("lam_finetune", 1.0) < 1:
         # the span flow in fine-tuning cuts spans with the corpus's span vocabulary (3.3)
         options["span_vocab"] = prepare(cfg, args, ernie=True)
-    flags = train_flags(cfg, spec["objective"], out, cache, args)
+    flags = train_flags(cfg, spec["objective"], out, cache, args, args.ft_compile)
     flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size",
               str(cfg["ft_batch"]), "--lr", str(cfg["ft_lr"]), "--seed", str(seed)]
     flags += ["--data", train_file(task, args)] if task != "docsum" else []
@@ -677,7 +682,7 @@ def start_job(job, slot, args, logs):
 def forwarded(args):
     """The flags a job needs to compute what its scheduler asked for."""
     flags = ["--out", args.out, "--data_dir", args.data_dir, "--cache_dir", args.cache_dir,
-             "--compile", args.compile,
+             "--compile", args.compile, "--ft_compile", args.ft_compile,
              "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
              str(args.pre_lr), "--ft_lr", str(args.ft_lr)]
     return flags + (["--tiny"] if args.tiny else [])
@@ -985,7 +990,10 @@ def parse_args(argv):
                     help="fine-tuning peak learning rate (all systems; another value is another "
                          "study: give it its own --cells and --page)")
     ap.add_argument("--compile", default="auto", choices=("auto", "true", "false"),
-                    help="train.py's --compile for every job")
+                    help="train.py's --compile for the pre-trainings")
+    ap.add_argument("--ft_compile", default="false", choices=("auto", "true", "false"),
+                    help="train.py's --compile for the fine-tunings (eager: four at once under --mps on "
+                         "an H100 they took 73-79 s against 103-138 s compiled, tenth session)")
     ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
     ap.add_argument("--cache_dir", default="",
                     help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")

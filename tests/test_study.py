@@ -151,8 +151,12 @@ def test_a_recipe_system_fine_tunes_with_its_own_flags_and_decodes_with_its_leng
     study.run_cell("pmlm/AE only/ft lr 1e-3", "gigaword", 0, cfg, args)
     train_cfg = config.parse_args(seen["flags"])[0]
     assert train_cfg.lr == 1e-3 and train_cfg.init_from == str(pre / "ckpt.pt")
+    # fine-tunings run eager unless --ft_compile says otherwise (pre-trainings follow --compile)
+    assert train_cfg.compile == "false" and args.compile == "auto"
     assert seen["lp"] == study.TASKS["gigaword"]["lp"] == 0.6 and seen["batch"] == 64
+    args.ft_compile = "true"
     study.run_cell("pmlm/AE only/ft batch 32", "squad_qg", 0, cfg, args)
+    assert config.parse_args(seen["flags"])[0].compile == "true"
     assert config.parse_args(seen["flags"])[0].batch_size == 32 and seen["batch"] == 32
     study.run_cell("pmlm/AE only/ft lr 1e-3 longer outputs", "squad_qg", 0, cfg, args)
     assert config.parse_args(seen["flags"])[0].lr == 1e-3 and seen["lp"] == 2.0
