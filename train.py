@@ -47,7 +47,10 @@ from tokenizer import WordPiece
 from utils import (Dist, UsageError, check_replicas_agree, exit_with_error, master_first,
                    open_log, save_checkpoint, setup_distributed)
 
-# 1-3. Settings, distributed set-up, start point: config.py and utils.setup_distributed
+# 1. Settings: config.py (TrainConfig, parse_args, check_settings, help_text)
+# 2. Distributed set-up: utils.setup_distributed (torchrun's RANK / WORLD_SIZE)
+# 3. Start point: config.start_point (a fresh run, a run to resume, or a checkpoint to fine-tune),
+#    then config.model_settings and resolve_defaults (the preset's recipe and shape)
 
 
 # --- 4. Data --------------------------------------------------------------------------------------
