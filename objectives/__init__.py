@@ -64,6 +64,14 @@ class Batch:
         """The mask described (kind, step): what objectives hand the model (built on its device)."""
         return masks.MaskSpec(self.kind, self.step)
 
+    def labels_at(self, *kinds):
+        """The labels at the rows of these kinds only (-100 elsewhere): one loss term's targets,
+        wherever the layout puts its rows."""
+        keep = self.kind == kinds[0]
+        for k in kinds[1:]:
+            keep |= self.kind == k
+        return self.labels.masked_fill(~keep, -100)
+
     def labelled(self, *kinds):
         """How many rows of these kinds (any kind if none is named) carry a label, or None: counted
         on the CPU, so lm_loss need not wait for the GPU to count them."""

@@ -368,16 +368,14 @@ class ErnieGenObjective(Objective):
     def compute_loss(self, model, batch):
         # all flows (Eq. 5)
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
-        kind = batch.kind
         # L_word: at the word-flow [ATTN]s
-        word_labels = batch.labels.masked_fill(kind != PSEUDO, -100)
-        loss_w, acc_w = lm_loss(model, h, word_labels, self.label_smoothing, batch.labelled(PSEUDO))
+        loss_w, acc_w = lm_loss(model, h, batch.labels_at(PSEUDO), self.label_smoothing,
+                                batch.labelled(PSEUDO))
         metrics = {"loss_word": loss_w.detach(), "acc_word": acc_w}
         loss = loss_w
         if self.lam < 1:
             # L_span: at the span-flow [ATTN]s
-            span_labels = batch.labels.masked_fill(kind != SPAN, -100)
-            loss_s, acc_s = lm_loss(model, h, span_labels, self.label_smoothing,
+            loss_s, acc_s = lm_loss(model, h, batch.labels_at(SPAN), self.label_smoothing,
                                      batch.labelled(SPAN))
             # Eq. 7: lambda L_word + (1 - lambda) L_span
             loss = self.lam * loss_w + (1 - self.lam) * loss_s

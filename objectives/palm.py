@@ -33,12 +33,6 @@ def split_passage(passage, context_frac=0.8, boundary_slack=0.1):
     return tokens[:cut], tokens[cut:]
 
 
-def labels_of(batch, kind):
-    """The batch's labels at the rows of this kind only (-100 elsewhere): the context's MLM labels
-    (CTX) or the continuation's (ORIG), wherever each row's parts sit."""
-    return batch.labels.masked_fill(batch.kind != kind, -100)
-
-
 def sentence_windows(passage, budget):
     """The windows of two tokens or more of a passage, with the stride of one sentence (3.1):
     sentence k (cut to the budget) and the sentences after it that fit in budget tokens."""
@@ -189,7 +183,7 @@ class PalmObjective(Objective):
         if self.task == "pretrain":
             train_mlm = stage == 1 or self.mlm_weight > 0  # else a metric only
             with torch.set_grad_enabled(torch.is_grad_enabled() and train_mlm):
-                loss_mlm, acc_mlm = lm_loss(model, h, labels_of(batch, CTX),
+                loss_mlm, acc_mlm = lm_loss(model, h, batch.labels_at(CTX),
                                             self.label_smoothing, batch.labelled(CTX))
             metrics.update(loss_mlm=loss_mlm.detach(), acc_mlm=acc_mlm)
             if stage == 1:
@@ -207,7 +201,7 @@ class PalmObjective(Objective):
     def _ar_loss(self, model, h, batch):
         """-log P(y_t | y_<t, x) at the continuation rows: the mixture (Eq. 7), or P^v alone."""
         if not self.copy:
-            loss, acc = lm_loss(model, h, labels_of(batch, ORIG), self.label_smoothing,
+            loss, acc = lm_loss(model, h, batch.labels_at(ORIG), self.label_smoothing,
                                 batch.labelled(ORIG))
             return loss, acc, None
         S = batch.extras["source_width"]

@@ -224,17 +224,16 @@ class PMLMObjective(Objective):
     def compute_loss(self, model, batch):
         """L = L_AE (masked context slots) + L_PAR (the [P]s), from ONE forward pass (Eq. 7)."""
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)  # (B, L, d)
-        par = batch.kind == PSEUDO
         losses, accs = {}, {}
         if self.task == "pretrain":
             # L_AE (Eq. 3): at the masked context slots
             losses["loss_ae"], accs["acc_ae"] = lm_loss(
-                model, h, batch.labels.masked_fill(par, -100), self.label_smoothing,
+                model, h, batch.labels_at(CTX, ORIG), self.label_smoothing,
                 batch.labelled(CTX, ORIG))
         if self.task == "seq2seq" or self.par:
             # L_PAR (Eq. 6): at the [P]s (none appended without PAR, 4.6)
             losses["loss_par"], accs["acc_par"] = lm_loss(
-                model, h, batch.labels.masked_fill(~par, -100), self.label_smoothing,
+                model, h, batch.labels_at(PSEUDO), self.label_smoothing,
                 batch.labelled(PSEUDO))
         loss = sum(losses.values())                                                     # Eq. 7
         return loss, {"loss": loss.detach(), **{k: v.detach() for k, v in losses.items()}, **accs}

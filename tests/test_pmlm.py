@@ -417,6 +417,10 @@ def test_loss_picks_rows_counted_on_the_cpu(tok, passages):
     assert batch.labelled(PSEUDO) == int((labelled & (batch.kind == PSEUDO)).sum()) > 0
     assert batch.labelled(CTX, ORIG) == int((labelled & (batch.kind != PSEUDO)).sum()) > 0
     assert batch.labelled() == int(labelled.sum())
+    # Batch.labels_at: the same rows' labels, -100 elsewhere (each loss term's targets)
+    assert torch.equal(batch.labels_at(PSEUDO), batch.labels.masked_fill(batch.kind != PSEUDO, -100))
+    assert torch.equal(batch.labels_at(CTX, ORIG), batch.labels.masked_fill(batch.kind == PSEUDO, -100))
+    assert int((batch.labels_at(CTX, ORIG) != -100).sum()) == batch.labelled(CTX, ORIG)
     assert batch.to("cpu").n_labels == batch.n_labels
     model = tiny_model(len(tok), rel_pos_buckets=32)
     counted, metrics = obj.loss(model, batch)
