@@ -19,6 +19,7 @@ The switches that reach it (on a CPU the readable path is the default everywhere
                                         fast_search; fast.beam.WHOLE_STEP: the whole step in one
                                         graph, on by default)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
+    fast.use_triton_additive(model)     PALM's copy scores by fast/triton_additive.py's Triton kernels
 Objectives, notebooks and exercises never import this file.
 
 Pieces, their readable twins and the tests that hold them equal:
@@ -37,9 +38,11 @@ Pieces, their readable twins and the tests that hold them equal:
                                whole step in one CUDA graph)
     use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU:
                                (fast/triton_bias.py)                the interpreter), check_cuda
+    use_triton_additive        model.additive_scores                bench/check_triton_additive.py
+                               (fast/triton_additive.py)            (CPU: the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
-One hand-written Triton kernel, fast/triton_bias.py (pmlm's relative bias inside the tiles),
-needs triton (not a requirement of the project). Left out: fused optimizers, FP8, paged caches;
+Two hand-written Triton kernels, fast/triton_bias.py (pmlm's relative bias inside the tiles) and
+fast/triton_additive.py (PALM's copy scores in tiles, as a matrix product), need triton (not a requirement of the project). Left out: fused optimizers, FP8, paged caches;
 packing across batches (each batch's own passages are packed; the padding left, per objective and
 corpus, is measured by bench/padding.py).
 """
@@ -413,6 +416,22 @@ def compiled_additive_scores():
     if "scores" not in _COMPILED:
         _COMPILED["scores"] = torch.compile(additive_scores, dynamic=True)
     return _COMPILED["scores"]
+
+
+def use_triton_additive(model, on=True):
+    """Compute PALM's copy scores (Eq. 3) with fast/triton_additive.py's Triton kernels (tiles of
+    scores, as a matrix product: hm and ws read once a tile, not once a (t, j) pair) instead of
+    speed_up's compiled function. CUDA, or a CPU under Triton's interpreter (TRITON_INTERPRET=1,
+    slow: tests only). Needs triton, which the project does not require. Twin:
+    model.additive_scores (bench/check_triton_additive.py; bench/check_cuda.py on a GPU). -> model;
+    off: the readable function again (speed_up puts the compiled one back)."""
+    if model.copy_head is not None:
+        if on:
+            from fast import triton_additive                # fails here without triton
+            model.copy_head.fast_scores = triton_additive.additive_scores
+        else:
+            model.copy_head.fast_scores = None
+    return model
 
 
 # --------------------------------------------------------------------------------------------------
