@@ -2,7 +2,8 @@
 passes of FlexAttention and SDPA's math backend, and no CUDA graph).
 
     python bench/check_cuda.py
-    python bench/check_cuda.py triton      # only fast/triton_bias.py's checks (bench/check_triton.py)
+    python bench/check_cuda.py triton      # only the Triton kernels' checks (bench/check_triton.py,
+                                           # bench/check_triton_additive.py)
 
 For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
   - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (fast.encode_flex: block mask from
@@ -20,8 +21,9 @@ beam 3 and 5, tokens identical, scores close), also with an [EOS] bias that make
 (the readable search's graph then gives way to the eager static step), with the readable search, the fast search on
 the model step's graph and the whole-step graph search (fast/beam.py); the whole-step graph search against the
 model step's graph under bf16 autocast (generate.py's setting on CUDA, every hypothesis of beam 5); and
-fast/triton_bias.py's Triton attention (bench/check_triton.py at base size). Prints a table; exits non-zero if a
-check fails. Without CUDA it exits with one line saying so (status 2).
+fast/triton_bias.py's Triton attention (bench/check_triton.py at base size) and fast/triton_additive.py's Triton copy
+scores (bench/check_triton_additive.py at base size; against model.additive_scores as the compiled ones). Prints a
+table; exits non-zero if a check fails. Without CUDA it exits with one line saying so (status 2).
 """
 import random
 import sys
@@ -207,6 +209,35 @@ def check_copy_scores(dev, rows):
     return err < 1e-4
 
 
+def check_triton_copy_scores(dev, rows):
+    """PALM's Eq. 3 scores by fast/triton_additive.py (Triton: tiles of scores) against model.additive_scores:
+    bench/check_triton_additive.py's checks (values and the gradients of hm, ws, w against float64, fp32 and bf16
+    hm/ws as in training; large |x|; the palm model's loss and gradients) at small shapes and the base shape (B 8,
+    T 100, S 400, d 768), and the same comparison as check_copy_scores (fp32 against the eager function)."""
+    try:
+        from bench import check_triton_additive
+        from fast import triton_additive as TA
+    except ImportError as e:
+        rows.append(("palm", "triton copy scores", f"not importable: {e}", False))
+        return False
+    found, ok = check_triton_additive.check(dev, base=True)
+    rows.extend((f"triton copy scores: {label}", what, value, good)
+                for label, what, value, good in found)
+    g = torch.Generator(device=dev).manual_seed(0)
+    hm, ws, w = (torch.randn(*shape, device=dev, generator=g, requires_grad=True)
+                 for shape in ((8, 400, 768), (8, 100, 768), (768,)))
+    outs = []
+    for fn in (M.additive_scores, TA.additive_scores):
+        for x in (hm, ws, w):
+            x.grad = None
+        e = fn(hm, ws, w)
+        (e * torch.linspace(-1, 1, e.numel(), device=dev).view_as(e)).sum().backward()
+        outs.append([e.detach()] + [x.grad.clone() for x in (hm, ws, w)])
+    err = max(rel(a, b) for a, b in zip(outs[1], outs[0]))
+    rows.append(("palm", "copy scores: triton vs eager, values and gradients", f"{err:.2e}", err < 1e-4))
+    return ok and err < 1e-4
+
+
 def check_bucket_bias(dev, rows):
     """UniLMv2's relative bias on the GPU (fast.BucketBias: one-hot products in the backward) against the plain
     index_select lookup (RelativePositionBias.lookup): the bias exactly, the table's gradient within 1e-4 (fp32 and bf16 gradients)."""
@@ -246,7 +277,7 @@ def check_triton_bias(dev, rows):
 
 
 def main():
-    # `python bench/check_cuda.py triton`: only the Triton attention's checks; `... decode`: only decoding's
+    # `python bench/check_cuda.py triton`: only the Triton kernels' checks; `... decode`: only decoding's
     only_triton = sys.argv[1:] == ["triton"]
     only_decode = sys.argv[1:] == ["decode"]
     if not torch.cuda.is_available():
@@ -274,6 +305,11 @@ def main():
     except Exception as e:                           # report, and print the table
         ok = False
         rows.append(("pmlm", "triton attention crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
+    try:
+        ok &= check_triton_copy_scores(dev, rows)
+    except Exception as e:                           # report, and print the table
+        ok = False
+        rows.append(("palm", "triton copy scores crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
     report(rows, ok)
 
 

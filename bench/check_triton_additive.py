@@ -1,7 +1,7 @@
 """fast/triton_additive.py (PALM's copy scores, Eq. 3, in Triton) against model.additive_scores.
 
-    python bench/check_triton_additive.py            # a CPU: Triton's interpreter (TRITON_INTERPRET=1)
-    python bench/check_triton_additive.py --build    # no GPU needed: build the kernels for sm_90, spills
+    python bench/check_triton_additive.py          # a CPU: Triton's interpreter (TRITON_INTERPRET=1)
+    python bench/check_triton_additive.py --build  # no GPU needed: build for sm_90, report spills
 
 Needs triton (pip install triton; not a requirement of the project). Checks:
   - the scores and the gradients of hm, ws and w against model.additive_scores in float64, at small
@@ -116,8 +116,9 @@ def check_build(rows):
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     ok = True
     for dtype in ("bf16", "fp32"):
-        for fn, shape in ((TA._forward, TA.FORWARD), (TA._backward_ws, TA.BACKWARD_WS),
-                          (TA._backward_hm, TA.BACKWARD_HM)):
+        for fn, shape in ((TA._additive_forward, TA.FORWARD),
+                          (TA._additive_backward_ws, TA.BACKWARD_WS),
+                          (TA._additive_backward_hm, TA.BACKWARD_HM)):
             BT, BS, BK, warps = shape
             consts = dict(BT=BT, BS=BS, BK=BK)
             signature = {}

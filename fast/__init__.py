@@ -19,7 +19,7 @@ The switches that reach it (on a CPU the readable path is the default everywhere
                                         fast_search; fast.beam.WHOLE_STEP: the whole step in one
                                         graph, on by default)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
-    fast.use_triton_additive(model)     PALM's copy scores by fast/triton_additive.py's Triton kernels
+    fast.use_triton_additive(model)     PALM's copy scores by fast/triton_additive.py (Triton)
 Objectives, notebooks and exercises never import this file.
 
 Pieces, their readable twins and the tests that hold them equal:
@@ -41,8 +41,9 @@ Pieces, their readable twins and the tests that hold them equal:
     use_triton_additive        model.additive_scores                bench/check_triton_additive.py
                                (fast/triton_additive.py)            (CPU: the interpreter), check_cuda
 The measurements behind each piece are in bench/RESULTS.md.
-Two hand-written Triton kernels, fast/triton_bias.py (pmlm's relative bias inside the tiles) and
-fast/triton_additive.py (PALM's copy scores in tiles, as a matrix product), need triton (not a requirement of the project). Left out: fused optimizers, FP8, paged caches;
+Two hand-written Triton files, fast/triton_bias.py (pmlm's relative bias inside the tiles) and
+fast/triton_additive.py (PALM's copy scores in tiles, as a matrix product), need triton (not a
+requirement of the project). Left out: fused optimizers, FP8, paged caches;
 packing across batches (each batch's own passages are packed; the padding left, per objective and
 corpus, is measured by bench/padding.py).
 """

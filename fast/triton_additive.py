@@ -55,7 +55,8 @@ def _tanh(x):
 def _rows(PTR, sb, sr, b, r, n, k, D):
     """Rows r (R,) of a (B, n, D) tensor at b, columns k (K,) -> (R, K) fp32, zeros outside."""
     inside = (r < n)[:, None] & (k < D)[None, :]
-    return tl.load(PTR + b * sb + r[:, None] * sr + k[None, :], mask=inside, other=0.0).to(tl.float32)
+    x = tl.load(PTR + b * sb + r[:, None] * sr + k[None, :], mask=inside, other=0.0)
+    return x.to(tl.float32)
 
 
 @triton.jit
@@ -66,8 +67,8 @@ def _grad_tile(G, b, t, j, T, S):
 
 
 @triton.jit
-def _forward(HM, WS, W, E, sh_b, sh_s, sw_b, sw_t, T, S, D,
-             BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
+def _additive_forward(HM, WS, W, E, sh_b, sh_s, sw_b, sw_t, T, S, D,
+                      BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
     """One (BT, BS) tile of scores e[b] (Eq. 3)."""
     t = tl.program_id(0) * BT + tl.arange(0, BT)
     j = tl.program_id(1) * BS + tl.arange(0, BS)
@@ -88,8 +89,8 @@ def _forward(HM, WS, W, E, sh_b, sh_s, sw_b, sw_t, T, S, D,
 
 
 @triton.jit
-def _backward_ws(G, HM, WS, W, DWS, DW_PARTS, sh_b, sh_s, sw_b, sw_t, sd_b, sd_t, T, S, D,
-                 BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
+def _additive_backward_ws(G, HM, WS, W, DWS, DW_PARTS, sh_b, sh_s, sw_b, sw_t, sd_b, sd_t,
+                          T, S, D, BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
     """One (BT, BK) tile of d ws[b] over the S tiles, and this program's partial d w (BK,) into
     DW_PARTS[b, T tile]."""
     t = tl.program_id(0) * BT + tl.arange(0, BT)
@@ -103,7 +104,7 @@ def _backward_ws(G, HM, WS, W, DWS, DW_PARTS, sh_b, sh_s, sw_b, sw_t, sd_b, sd_t
     for j0 in range(0, S, BS):
         j = j0 + tl.arange(0, BS)
         hm = _rows(HM, sh_b, sh_s, b, j, S, k, D)                        # (BS, BK)
-        # j first, as in _backward_hm the loop's operand: the sums over j stay in a thread
+        # j first, as in _additive_backward_hm the loop's operand: the sums over j stay in a thread
         g = tl.trans(_grad_tile(G, b, t, j, T, S))[:, :, None]           # (BS, BT, 1), 0 outside
         u = _tanh(hm[:, None, :] + ws[None, :, :])                       # (BS, BT, BK)
         # d w_k = sum_{t, j} g_t,j u_t,j,k
@@ -118,8 +119,8 @@ def _backward_ws(G, HM, WS, W, DWS, DW_PARTS, sh_b, sh_s, sw_b, sw_t, sd_b, sd_t
 
 
 @triton.jit
-def _backward_hm(G, HM, WS, W, DHM, sh_b, sh_s, sw_b, sw_t, sd_b, sd_s, T, S, D,
-                 BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
+def _additive_backward_hm(G, HM, WS, W, DHM, sh_b, sh_s, sw_b, sw_t, sd_b, sd_s, T, S, D,
+                          BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
     """One (BS, BK) tile of d hm[b] over the T tiles."""
     j = tl.program_id(0) * BS + tl.arange(0, BS)
     k = tl.program_id(1) * BK + tl.arange(0, BK)
@@ -157,7 +158,7 @@ def additive_scores_op(hm: torch.Tensor, ws: torch.Tensor, w: torch.Tensor) -> t
     if e.numel() == 0:
         return e.zero_()
     BT, BS, BK, warps = FORWARD
-    _forward[(triton.cdiv(T, BT), triton.cdiv(S, BS), B)](
+    _additive_forward[(triton.cdiv(T, BT), triton.cdiv(S, BS), B)](
         hm, ws, w, e, hm.stride(0), hm.stride(1), ws.stride(0), ws.stride(1), T, S, D,
         BT=BT, BS=BS, BK=BK, num_warps=warps)
     return e
@@ -182,11 +183,11 @@ def additive_scores_backward(g: torch.Tensor, hm: torch.Tensor, ws: torch.Tensor
     BT, BS, BK, warps = BACKWARD_WS
     n_parts = triton.cdiv(T, BT)
     parts = hm.new_empty(B, n_parts, D, dtype=torch.float32)
-    _backward_ws[(n_parts, triton.cdiv(D, BK), B)](
+    _additive_backward_ws[(n_parts, triton.cdiv(D, BK), B)](
         g, hm, ws, w, dws, parts, hm.stride(0), hm.stride(1), ws.stride(0), ws.stride(1),
         dws.stride(0), dws.stride(1), T, S, D, BT=BT, BS=BS, BK=BK, num_warps=warps)
     BT, BS, BK, warps = BACKWARD_HM
-    _backward_hm[(triton.cdiv(S, BS), triton.cdiv(D, BK), B)](
+    _additive_backward_hm[(triton.cdiv(S, BS), triton.cdiv(D, BK), B)](
         g, hm, ws, w, dhm, hm.stride(0), hm.stride(1), ws.stride(0), ws.stride(1),
         dhm.stride(0), dhm.stride(1), T, S, D, BT=BT, BS=BS, BK=BK, num_warps=warps)
     # the partial d w of every (b, T tile), summed once
