@@ -4,7 +4,8 @@
     python bench/profile_step.py --only "pmlm,pmlm triton"   # the same for pmlm with fast/triton_bias.py's attention
     python bench/profile_step.py --only "pmlm triton,pmlm triton loop"   # its dQ kernel's bias gradient, new and old
     python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
-    python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways
+    python bench/profile_step.py --only "palm (copy),palm (triton copy),palm (no copy)"   # PALM's copy head
+    python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways (Triton's too)
     python bench/profile_step.py --part triton   # fast/triton_bias.py (Triton) against SDPA: attention, pmlm step
     python bench/profile_step.py --tiny          # CPU smoke run of both parts
 
@@ -68,9 +69,12 @@ def table_gradient(way):
     return before
 
 
-def profile_run(name, impl, options, label, tok, examples, args, device, triton=None):
-    """triton: None (the step as built), or how the Triton kernel sums the bias gradient ("prefix", "loop")."""
+def profile_run(name, impl, options, label, tok, examples, args, device, triton=None, triton_copy=False):
+    """triton: None (the step as built), or how the Triton kernel sums the bias gradient ("prefix", "loop").
+    triton_copy: PALM's copy scores by fast/triton_additive.py (fast.use_triton_additive) instead of compiled."""
     s = build_step(name, impl, options, tok, examples, args, device)
+    if triton_copy:
+        fast.use_triton_additive(s["model"])
     if triton:
         fast.use_triton_bias(s["model"])                 # the flex model's attention, by fast/triton_bias.py
         before = table_gradient(triton)
@@ -393,7 +397,8 @@ def copy_part(args, device):
             fast.compiled_additive_scores() if cuda else M.additive_scores,
             "compiled, max-autotune": torch.compile(M.additive_scores, dynamic=True,
                                                     mode="max-autotune-no-cudagraphs") if cuda else None,
-            "tanh as 2 sigmoid(2x) - 1, compiled": torch.compile(tanh_by_sigmoid, dynamic=True) if cuda else None}
+            "tanh as 2 sigmoid(2x) - 1, compiled": torch.compile(tanh_by_sigmoid, dynamic=True) if cuda else None,
+            "triton (fast/triton_additive.py)": triton_additive_scores() if cuda else None}
     ref = None
     for label, fn in ways.items():
         if fn is None:
@@ -406,15 +411,29 @@ def copy_part(args, device):
             e = fn(hm, ws, w)
             e.backward(torch.ones_like(e))
             out["e"] = e.detach().float()
+        def forward(_):
+            with torch.no_grad():
+                fn(hm, ws, w)
         try:
             ms = timed(once, [None] * 12, 2, device) * 1000
+            ms_forward = timed(forward, [None] * 12, 2, device) * 1000
         except Exception as e:
             say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             continue
         ref = ref if ref is not None else out["e"]
         err = float((out["e"] - ref).abs().max() / ref.abs().max())
-        say(f"copy scores, {label}: {ms:.2f} ms forward + backward (B={B}, T={T}, S={S}, d={d}); "
-            f"against the first: {err:.1e}")
+        say(f"copy scores, {label}: {ms:.2f} ms forward + backward, {ms_forward:.2f} ms forward alone "
+            f"(B={B}, T={T}, S={S}, d={d}); against the first: {err:.1e}")
+
+
+def triton_additive_scores():
+    """fast/triton_additive.py's op, or None without triton."""
+    try:
+        from fast import triton_additive
+    except ImportError as e:
+        say(f"triton (fast/triton_additive.py) not importable: {e}")
+        return None
+    return triton_additive.additive_scores
 
 
 def main():
@@ -443,6 +462,7 @@ def main():
     if args.part == "steps":
         runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
                 "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False}),
+                "palm (triton copy)": ("palm", "sdpa", {}),
                 "pmlm triton": ("pmlm", "flex", {}), "pmlm triton loop": ("pmlm", "flex", {})}
         for label in args.only.split(","):
             name, impl, options = runs[label]
@@ -451,7 +471,8 @@ def main():
             # "pmlm triton loop": the dQ kernel's bias gradient by the loop over buckets (the kernel before)
             triton = ("loop" if label.endswith("loop") else "prefix") if "triton" in label else None
             try:
-                profile_run(name, impl, options, label, tok, examples, args, device, triton=triton)
+                profile_run(name, impl, options, label, tok, examples, args, device, triton=triton,
+                            triton_copy=label == "palm (triton copy)")
             except Exception as e:
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             if device.type == "cuda":
