@@ -10,7 +10,8 @@ Needs triton (pip install triton; not a requirement of the project). Checks:
   - large |hm + ws| (tanh at +-1, exp2 overflowing): finite, and equal to the reference;
   - PALM's loss and every gradient through a small model with fast.use_triton_additive on and off
     (fp32), the copy scores at once and in checkpointed chunks (palm's copy_chunk).
-On a GPU (bench/check_cuda.py calls check()) also the base shape (B 8, S 400, T 100, d 768).
+On a GPU (bench/check_cuda.py calls check()) also the base shape (B 8, S 400, T 100, d 768), and
+fast/triton_additive.py's TANH "approx" (tanh.approx.f32) on bf16 inputs.
 Prints a table; exits 1 if a check fails, 2 without triton.
 """
 import argparse
@@ -42,16 +43,18 @@ def scores_and_grads(fn, hm, ws, w, g):
     return [e.detach()] + list(grads)
 
 
-def compare(label, B, T, S, d, dev, rows, scale=1.0, seed=0):
+def compare(label, B, T, S, d, dev, rows, scale=1.0, seed=0,
+            limits=((torch.float32, 1e-5), (torch.bfloat16, 1e-2))):
     """The kernel against model.additive_scores in float64 on (B, T, S, d): fp32 and bf16 inputs
-    (w fp32, as the parameter in training). scale: the size of hm and ws (large: tanh saturates)."""
+    (w fp32, as the parameter in training). scale: the size of hm and ws (large: tanh saturates).
+    limits: (dtype of hm and ws, largest relative error) of each run."""
     from fast import triton_additive as TA
     g_ = torch.Generator().manual_seed(seed)
     x = [torch.randn(*shape, generator=g_) for shape in ((B, S, d), (B, T, d), (d,), (B, T, S))]
     hm, ws, w, g = (t.to(dev) for t in x)
     hm, ws = hm * scale, ws * scale
     ok = True
-    for dtype, limit in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
+    for dtype, limit in limits:
         hm_, ws_ = hm.to(dtype), ws.to(dtype)
         # the reference on the very values the kernel reads, in float64
         want = scores_and_grads(M.additive_scores, hm_.double(), ws_.double(), w.double(),
@@ -115,12 +118,12 @@ def check_build(rows):
     from fast import triton_additive as TA
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     ok = True
-    for dtype in ("bf16", "fp32"):
+    for dtype, tanh in (("bf16", "exp2"), ("fp32", "exp2"), ("bf16", "approx")):
         for fn, shape in ((TA._additive_forward, TA.FORWARD),
                           (TA._additive_backward_ws, TA.BACKWARD_WS),
                           (TA._additive_backward_hm, TA.BACKWARD_HM)):
             BT, BS, BK, warps = shape
-            consts = dict(BT=BT, BS=BS, BK=BK)
+            consts = dict(BT=BT, BS=BS, BK=BK, TANH=tanh)
             signature = {}
             for name in fn.arg_names:
                 if name in consts:
@@ -131,7 +134,7 @@ def check_build(rows):
                     signature[name] = "*fp32"
                 else:
                     signature[name] = "i32"
-            label = f"{fn.__name__}, hm/ws {dtype}, tiles {shape}"
+            label = f"{fn.__name__}, hm/ws {dtype}, tiles {shape}, tanh by {tanh}"
             try:
                 kernel = triton.compile(ASTSource(fn, signature, constexprs=consts),
                                         target=GPUTarget("cuda", 90, 32),
@@ -143,9 +146,12 @@ def check_build(rows):
                 words = usage.replace(",", " ").split()
                 stack = next(w for w in words if w.startswith("STACK:"))
                 regs = next(w for w in words if w.startswith("REG:"))
-                ex2 = kernel.asm["ptx"].count("ex2.approx")
+                ptx = kernel.asm["ptx"]
+                # the special-function instructions, and the shuffles of sums across threads
+                counts = ", ".join(f"{ptx.count(op)} {op.split('.')[0]}"
+                                   for op in ("ex2.approx", "tanh.approx", "shfl.sync"))
                 rows.append(("build, sm_90", label, f"{regs}, {stack}, shared "
-                             f"{kernel.metadata.shared} B, {ex2} ex2 in the PTX", True))
+                             f"{kernel.metadata.shared} B; in the PTX {counts}", True))
             except Exception as e:
                 ok = False
                 # a compilation error's own line (the rest points at the source)
@@ -164,6 +170,16 @@ def check(dev, base=False):
     ok &= compare("large |x|: hm, ws x 100", 2, 7, 13, 40, dev, rows, scale=100.0)
     if base:
         ok &= compare("base: B 8, T 100, S 400, d 768", 8, 100, 400, 768, dev, rows)
+    if dev.type == "cuda":
+        # TA.TANH "approx" (tanh.approx.f32, a GPU instruction): bf16 inputs only, as in training
+        from fast import triton_additive as TA
+        default, TA.TANH = TA.TANH, "approx"
+        try:
+            for B, T, S, d in [(2, 7, 13, 40), (8, 100, 400, 768)]:
+                ok &= compare(f"tanh.approx: B {B}, T {T}, S {S}, d {d}", B, T, S, d, dev, rows,
+                              limits=((torch.bfloat16, 1e-2),))
+        finally:
+            TA.TANH = default
     ok &= check_model(dev, rows)
     return rows, ok
 

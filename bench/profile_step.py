@@ -398,7 +398,8 @@ def copy_part(args, device):
             "compiled, max-autotune": torch.compile(M.additive_scores, dynamic=True,
                                                     mode="max-autotune-no-cudagraphs") if cuda else None,
             "tanh as 2 sigmoid(2x) - 1, compiled": torch.compile(tanh_by_sigmoid, dynamic=True) if cuda else None,
-            "triton (fast/triton_additive.py)": triton_additive_scores() if cuda else None}
+            "triton (fast/triton_additive.py)": triton_additive_scores() if cuda else None,
+            "triton, tanh.approx (fast/triton_additive.py's TANH)": triton_additive_scores() if cuda else None}
     ref = None
     for label, fn in ways.items():
         if fn is None:
@@ -411,19 +412,33 @@ def copy_part(args, device):
             e = fn(hm, ws, w)
             e.backward(torch.ones_like(e))
             out["e"] = e.detach().float()
+
         def forward(_):
             with torch.no_grad():
                 fn(hm, ws, w)
+        # fast/triton_additive.py's way of computing tanh, set for this way's runs only
+        tanh = "approx" if "tanh.approx" in label else "exp2"
+        before = set_triton_tanh(tanh) if "triton" in label else None
         try:
             ms = timed(once, [None] * 12, 2, device) * 1000
             ms_forward = timed(forward, [None] * 12, 2, device) * 1000
         except Exception as e:
             say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             continue
+        finally:
+            if before is not None:
+                set_triton_tanh(before)
         ref = ref if ref is not None else out["e"]
         err = float((out["e"] - ref).abs().max() / ref.abs().max())
         say(f"copy scores, {label}: {ms:.2f} ms forward + backward, {ms_forward:.2f} ms forward alone "
             f"(B={B}, T={T}, S={S}, d={d}); against the first: {err:.1e}")
+
+
+def set_triton_tanh(way):
+    """Set how fast/triton_additive.py computes tanh ("exp2", the default, or "approx") -> the previous way."""
+    from fast import triton_additive as TA
+    before, TA.TANH = TA.TANH, way
+    return before
 
 
 def triton_additive_scores():

@@ -43,11 +43,21 @@ TWO_LOG2E = tl.constexpr(2 * 1.4426950408889634)     # 2 log2(e): e^{2x} = exp2(
 FORWARD = (32, 32, 16, 8)
 BACKWARD_WS = (32, 32, 16, 8)    # program per (b, T tile, K chunk), over the S tiles
 BACKWARD_HM = (32, 32, 16, 8)    # program per (b, S tile, K chunk), over the T tiles
+# How the kernels compute tanh (read at every launch, so a benchmark can time both in one run):
+# "exp2", 1 - 2 / (exp2(2 x log2(e)) + 1), two of the GPU's special-function instructions (exp2 and
+# a reciprocal), fp32-exact to ~1e-7, and what the interpreter runs; "approx", PTX tanh.approx.f32
+# (sm_75 and later, GPU only): one instruction, relative error up to 2^-11, as much as bf16
+# inputs' rounding, so for bf16 training only (bench/check_triton_additive.py checks it there).
+TANH = "exp2"
 
 
 @triton.jit
-def _tanh(x):
-    """tanh(x) = 1 - 2 / (e^{2x} + 1), through exp2: exactly +-1 for large |x|, never NaN."""
+def _tanh(x, TANH: tl.constexpr):
+    """tanh(x) = 1 - 2 / (e^{2x} + 1), through exp2: exactly +-1 for large |x|, never NaN. TANH
+    "approx": the GPU's tanh.approx.f32 instead (see TANH above)."""
+    if TANH == "approx":
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
     return 1.0 - 2.0 / (tl.exp2(x * TWO_LOG2E) + 1.0)
 
 
@@ -68,7 +78,8 @@ def _grad_tile(G, b, t, j, T, S):
 
 @triton.jit
 def _additive_forward(HM, WS, W, E, sh_b, sh_s, sw_b, sw_t, T, S, D,
-                      BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
+                      BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr,
+                          TANH: tl.constexpr):
     """One (BT, BS) tile of scores e[b] (Eq. 3)."""
     t = tl.program_id(0) * BT + tl.arange(0, BT)
     j = tl.program_id(1) * BS + tl.arange(0, BS)
@@ -81,7 +92,7 @@ def _additive_forward(HM, WS, W, E, sh_b, sh_s, sw_b, sw_t, T, S, D,
         hm = _rows(HM, sh_b, sh_s, b, j, S, k, D)                        # (BS, BK)
         # w is 0 past d: the padded columns add nothing
         w = tl.load(W + k, mask=k < D, other=0.0).to(tl.float32)         # (BK,)
-        u = _tanh(ws[:, None, :] + hm[None, :, :])                       # (BT, BS, BK)
+        u = _tanh(ws[:, None, :] + hm[None, :, :], TANH)                 # (BT, BS, BK)
         # e_t,j = sum_k w_k tanh(hm_j,k + ws_t,k)
         acc += u * w[None, None, :]
     e = tl.sum(acc, 2)
@@ -90,7 +101,8 @@ def _additive_forward(HM, WS, W, E, sh_b, sh_s, sw_b, sw_t, T, S, D,
 
 @triton.jit
 def _additive_backward_ws(G, HM, WS, W, DWS, DW_PARTS, sh_b, sh_s, sw_b, sw_t, sd_b, sd_t,
-                          T, S, D, BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
+                          T, S, D, BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr,
+                          TANH: tl.constexpr):
     """One (BT, BK) tile of d ws[b] over the S tiles, and this program's partial d w (BK,) into
     DW_PARTS[b, T tile]."""
     t = tl.program_id(0) * BT + tl.arange(0, BT)
@@ -106,7 +118,7 @@ def _additive_backward_ws(G, HM, WS, W, DWS, DW_PARTS, sh_b, sh_s, sw_b, sw_t, s
         hm = _rows(HM, sh_b, sh_s, b, j, S, k, D)                        # (BS, BK)
         # j first, as in _additive_backward_hm the loop's operand: the sums over j stay in a thread
         g = tl.trans(_grad_tile(G, b, t, j, T, S))[:, :, None]           # (BS, BT, 1), 0 outside
-        u = _tanh(hm[:, None, :] + ws[None, :, :])                       # (BS, BT, BK)
+        u = _tanh(hm[:, None, :] + ws[None, :, :], TANH)                 # (BS, BT, BK)
         # d w_k = sum_{t, j} g_t,j u_t,j,k
         dw += tl.sum(g * u, 0)
         # d ws_t,k = sum_j g_t,j w_k (1 - u^2)
@@ -120,7 +132,8 @@ def _additive_backward_ws(G, HM, WS, W, DWS, DW_PARTS, sh_b, sh_s, sw_b, sw_t, s
 
 @triton.jit
 def _additive_backward_hm(G, HM, WS, W, DHM, sh_b, sh_s, sw_b, sw_t, sd_b, sd_s, T, S, D,
-                          BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr):
+                          BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr,
+                          TANH: tl.constexpr):
     """One (BS, BK) tile of d hm[b] over the T tiles."""
     j = tl.program_id(0) * BS + tl.arange(0, BS)
     k = tl.program_id(1) * BK + tl.arange(0, BK)
@@ -132,7 +145,7 @@ def _additive_backward_hm(G, HM, WS, W, DHM, sh_b, sh_s, sw_b, sw_t, sd_b, sd_s,
         t = t0 + tl.arange(0, BT)
         ws = _rows(WS, sw_b, sw_t, b, t, T, k, D)                        # (BT, BK)
         g = _grad_tile(G, b, t, j, T, S)[:, :, None]                     # (BT, BS, 1), 0 outside
-        u = _tanh(ws[:, None, :] + hm[None, :, :])                       # (BT, BS, BK)
+        u = _tanh(ws[:, None, :] + hm[None, :, :], TANH)                 # (BT, BS, BK)
         # d hm_j,k = sum_t g_t,j w_k (1 - u^2)
         dhm += tl.sum(g * (1.0 - u * u), 0) * w[None, :]
     inside = (j < S)[:, None] & (k < D)[None, :]
@@ -142,6 +155,13 @@ def _additive_backward_hm(G, HM, WS, W, DHM, sh_b, sh_s, sw_b, sw_t, sd_b, sd_s,
 
 # --------------------------------------------------------------------------------------------------
 # The ops: launches, and their autograd
+
+
+def _tanh_way():
+    """TANH, checked."""
+    if TANH not in ("exp2", "approx"):
+        raise ValueError(f"triton_additive: TANH {TANH!r} is not exp2 or approx")
+    return TANH
 
 
 def _unit_stride(t):
@@ -160,7 +180,7 @@ def additive_scores_op(hm: torch.Tensor, ws: torch.Tensor, w: torch.Tensor) -> t
     BT, BS, BK, warps = FORWARD
     _additive_forward[(triton.cdiv(T, BT), triton.cdiv(S, BS), B)](
         hm, ws, w, e, hm.stride(0), hm.stride(1), ws.stride(0), ws.stride(1), T, S, D,
-        BT=BT, BS=BS, BK=BK, num_warps=warps)
+        BT=BT, BS=BS, BK=BK, TANH=_tanh_way(), num_warps=warps)
     return e
 
 
@@ -180,16 +200,17 @@ def additive_scores_backward(g: torch.Tensor, hm: torch.Tensor, ws: torch.Tensor
     dhm, dws = torch.empty_like(hm), torch.empty_like(ws)
     if g.numel() == 0:
         return dhm.zero_(), dws.zero_(), torch.zeros_like(w)
+    tanh = _tanh_way()
     BT, BS, BK, warps = BACKWARD_WS
     n_parts = triton.cdiv(T, BT)
     parts = hm.new_empty(B, n_parts, D, dtype=torch.float32)
     _additive_backward_ws[(n_parts, triton.cdiv(D, BK), B)](
         g, hm, ws, w, dws, parts, hm.stride(0), hm.stride(1), ws.stride(0), ws.stride(1),
-        dws.stride(0), dws.stride(1), T, S, D, BT=BT, BS=BS, BK=BK, num_warps=warps)
+        dws.stride(0), dws.stride(1), T, S, D, BT=BT, BS=BS, BK=BK, TANH=tanh, num_warps=warps)
     BT, BS, BK, warps = BACKWARD_HM
     _additive_backward_hm[(triton.cdiv(S, BS), triton.cdiv(D, BK), B)](
         g, hm, ws, w, dhm, hm.stride(0), hm.stride(1), ws.stride(0), ws.stride(1),
-        dhm.stride(0), dhm.stride(1), T, S, D, BT=BT, BS=BS, BK=BK, num_warps=warps)
+        dhm.stride(0), dhm.stride(1), T, S, D, BT=BT, BS=BS, BK=BK, TANH=tanh, num_warps=warps)
     # the partial d w of every (b, T tile), summed once
     return dhm, dws, parts.sum((0, 1)).to(w.dtype)
 
