@@ -14,32 +14,36 @@ reads its operands), so the tanh itself sets the pace.
 
 What happens inside (the (B, T, S, d) tensor is never written; backward recomputes the tanh):
   - forward: one program per (b, T tile, S tile), over d in chunks of BK:
-        x = ws[t, None, :] + hm[None, j, :]   (BT, BS, BK);  e += sum_k w[k] * tanh(x)
+        x = ws[t, None, :] + hm[None, j, :]   (BT, BS, BK);  acc += w[k] * tanh(x)
+    and e = sum_k acc once at the end (a sum across threads, kept out of the loop);
   - backward, with g = dL/de (B, T, S) and u = tanh(x):
         du[b, t, j, k] = g[b, t, j] * w[k] * (1 - u^2)
         d ws[b, t, k] = sum_j du       one program per (b, T tile, K chunk), over the S tiles
         d hm[b, j, k] = sum_t du       one program per (b, S tile, K chunk), over the T tiles
         d w[k] = sum_{b, t, j} g * u   a partial sum per program of the first, summed once
                                        afterwards (no atomic adds)
+    each tile laid out with the axis it sums over first: that sum stays within a thread;
   - tanh(x) = 1 - 2 / (exp2(2 x log2(e)) + 1): +1 for large x (exp2 overflows to inf), -1 for
-    large -x (exp2 underflows to 0), never NaN; exp2, which the interpreter runs too.
+    large -x (exp2 underflows to 0), never NaN; exp2, which the interpreter runs too (TANH
+    "approx": the GPU's own tanh.approx.f32, for bf16 training);
   - bf16 inputs are loaded as bf16 and computed in fp32 (add, tanh, sums); the scores come out
     fp32, the gradients in the dtypes of hm, ws and w.
 The two ops are torch.library custom ops, so compiled code keeps them as opaque calls with a
 registered backward.
 
 Needs triton (not a requirement of the project: CI and CPUs never import this file unless the
-switch is used). Left out: autotuning, tanh.approx (one instruction instead of exp2 and a
-division, but 2^-11 relative error: the fp32 checks would not hold).
+switch is used). Left out: autotuning; one backward kernel for both d ws and d hm (it would
+need atomic adds or a (B, T tiles, S, d) partial sum).
 """
 import torch
 import triton
 import triton.language as tl
 
 TWO_LOG2E = tl.constexpr(2 * 1.4426950408889634)     # 2 log2(e): e^{2x} = exp2(2 log2(e) x)
-# (BT, BS, BK, warps) of each kernel: a (BT, BS, BK) fp32 tile a program, 16K elements on 8 warps
-# (64 a thread: in registers on sm_90, python bench/check_triton_additive.py --build). Not yet timed
-# against other shapes on a GPU (bench/profile_step.py --part copy times this one).
+# (BT, BS, BK, warps) of each kernel: a (BT, BS, BK) fp32 tile a program, 16K elements on 8 warps,
+# 64 a thread. Built for sm_90 on a CPU (python bench/check_triton_additive.py --build): at most
+# 128 registers a thread, no stack (no spill), no shuffle inside the loops. Not yet timed against
+# other shapes on a GPU (bench/profile_step.py --part copy times this one).
 FORWARD = (32, 32, 16, 8)
 BACKWARD_WS = (32, 32, 16, 8)    # program per (b, T tile, K chunk), over the S tiles
 BACKWARD_HM = (32, 32, 16, 8)    # program per (b, S tile, K chunk), over the T tiles
