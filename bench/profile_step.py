@@ -432,6 +432,29 @@ def copy_part(args, device):
         err = float((out["e"] - ref).abs().max() / ref.abs().max())
         say(f"copy scores, {label}: {ms:.2f} ms forward + backward, {ms_forward:.2f} ms forward alone "
             f"(B={B}, T={T}, S={S}, d={d}); against the first: {err:.1e}")
+    if cuda and ways["triton (fast/triton_additive.py)"] is not None:
+        triton_tiles(hm, ws, w, device)
+
+
+def triton_tiles(hm, ws, w, device):
+    """fast/triton_additive.py's op with other tiles (BT, BS, BK, warps), the same for its three kernels: each
+    builds for sm_90 without spilling (bench/check_triton_additive.py --build's way, at session 11)."""
+    from fast import triton_additive as TA
+    default = TA.FORWARD, TA.BACKWARD_WS, TA.BACKWARD_HM
+    ops = {"forward + backward": lambda: TA.additive_scores(hm, ws, w).backward(torch.ones(
+               hm.size(0), ws.size(1), hm.size(1), device=device)),
+           "forward": lambda: TA.additive_scores(hm.detach(), ws.detach(), w.detach())}
+    for tiles in [default[0], (32, 64, 8, 8), (64, 64, 4, 8), (32, 32, 8, 4), (16, 16, 32, 4)]:
+        TA.FORWARD = TA.BACKWARD_WS = TA.BACKWARD_HM = tiles
+        try:
+            times = {name: timed(lambda _: op(), [None] * 12, 2, device) * 1000 for name, op in ops.items()}
+        except Exception as e:
+            say(f"triton copy scores, tiles {tiles} failed: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        finally:
+            TA.FORWARD, TA.BACKWARD_WS, TA.BACKWARD_HM = default
+        say(f"copy scores, triton, tiles (BT, BS, BK, warps) {tiles}: " +
+            ", ".join(f"{ms:.2f} ms {name}" for name, ms in times.items()))
 
 
 def set_triton_tanh(way):
