@@ -83,6 +83,7 @@ def check_model(dev, rows):
     from bench.bench_train import passages
     tok = synthetic_tokenizer(200)
     obj = get_objective("palm", tok, max_len=512)
+    obj.set_step(10, 10)                                   # stage 2: the copy head at work
     cfg = M.ModelConfig(vocab_size=len(tok), n_layer=2, n_head=2, n_embd=64, ffn_dim=128,
                         dropout=0.0, **obj.model_defaults)
     torch.manual_seed(0)
