@@ -56,8 +56,6 @@ class TrainConfig:
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
     compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
-    copy_scores: str = setting("compiled", "PALM's copy scores on CUDA: compiled | triton "
-                                           "(fast/triton_additive.py, needs triton)")
     # off by default: it slows unilm's loop, which is host-bound (bench/RESULTS.md, sixth session)
     pack: str = setting("false", "pack several passages into each row, no padding wasted "
                                  "(fast.plan_packing): auto (CUDA) | true | false")
@@ -68,8 +66,7 @@ class TrainConfig:
 
 # a resumed run keeps its settings; these may change without changing what it computes
 SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval",
-                  "eval_batches", "ckpt_interval", "device", "compile", "copy_scores", "pack",
-                  "workers",
+                  "eval_batches", "ckpt_interval", "device", "compile", "pack", "workers",
                   "cache_dir", "progress", "overwrite"}
 SAFE_MODEL_ON_RESUME = {"attn_impl"}
 PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
@@ -177,8 +174,6 @@ def check_settings(cfg):
     for key in ("compile", "pack"):
         if getattr(cfg, key) not in ("auto", "true", "false"):
             raise UsageError(f"--{key} {getattr(cfg, key)!r}: choose auto, true or false")
-    if cfg.copy_scores not in ("compiled", "triton"):
-        raise UsageError(f"--copy_scores {cfg.copy_scores!r}: choose compiled or triton")
     if cfg.workers < -1:
         raise UsageError(f"--workers must be >= 0 (or -1 = auto), got {cfg.workers}")
     if cfg.resume and cfg.init_from:

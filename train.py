@@ -97,13 +97,10 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
 def use_fast_layer(model, objective, cfg, device):
     """The one place train.py reaches for GPU speed (fast/): on CUDA (or with --compile true)
     the Transformer blocks compiled, and the GPU versions of the relative bias and the copy
-    scores (--copy_scores triton: fast/triton_additive.py's kernels). On a CPU the readable path
-    runs as it is."""
+    scores. On a CPU the readable path runs as it is."""
     if model.config.attn_impl == "flex" and device.type != "cuda":
         raise UsageError("--attn_impl flex trains on CUDA only "
                          "(FlexAttention has no backward on a CPU)")
-    if cfg.copy_scores == "triton" and device.type != "cuda":
-        raise UsageError("--copy_scores triton trains on CUDA only (Triton's kernels)")
     compiled = switched_on(cfg.compile, device)
     if compiled:
         # few distinct lengths, few compilations
@@ -112,8 +109,6 @@ def use_fast_layer(model, objective, cfg, device):
     # width: the blocks compile once, for any shape (with static shapes the study's ERNIE-GEN
     # pre-training compiled 23 times in 200 steps, 4x slower: bench/RESULTS.md)
     fast.speed_up(model, compile=compiled, dynamic=True)
-    if cfg.copy_scores == "triton":
-        fast.use_triton_additive(model)
 
 
 def switched_on(setting, device):

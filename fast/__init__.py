@@ -19,8 +19,7 @@ The switches that reach it (on a CPU the readable path is the default everywhere
                                         fast_search; fast.beam.WHOLE_STEP: the whole step in one
                                         graph, on by default)
     fast.use_triton_bias(model)         fast/triton_bias.py's Triton kernel on the flex path
-    fast.use_triton_additive(model)     PALM's copy scores by fast/triton_additive.py (Triton);
-                                        train.py --copy_scores triton
+    fast.use_triton_additive(model)     PALM's copy scores by fast/triton_additive.py (Triton)
 Objectives, notebooks and exercises never import this file.
 
 Pieces, their readable twins and the tests that hold them equal:

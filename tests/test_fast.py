@@ -49,26 +49,6 @@ def test_speed_up_keeps_the_readable_path_on_a_cpu():
     assert model.rel_bias.fast_lookup is None and model.copy_head.fast_scores is None
 
 
-def test_copy_scores_triton_reaches_the_triton_kernels_on_cuda_only(monkeypatch):
-    """train.py --copy_scores triton: after speed_up, fast.use_triton_additive gives the copy head
-    fast/triton_additive.py's op (its checks: bench/check_triton_additive.py); on a CPU, one clear
-    error; any other value, one clear error."""
-    import config
-    import train
-    from utils import UsageError
-    switched = []
-    monkeypatch.setattr(fast, "speed_up", lambda model, **kw: model)
-    monkeypatch.setattr(fast, "use_triton_additive", switched.append)
-    model, obj = tiny_model(40, copy_head=True), get_objective("palm", TOK)
-    cfg = train.TrainConfig(copy_scores="triton", compile="false")
-    train.use_fast_layer(model, obj, cfg, torch.device("cuda"))
-    assert switched == [model]
-    with pytest.raises(UsageError, match="CUDA only"):
-        train.use_fast_layer(model, obj, cfg, torch.device("cpu"))
-    with pytest.raises(UsageError, match="choose compiled or triton"):
-        config.check_settings(train.TrainConfig(copy_scores="fused"))
-
-
 def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkeypatch):
     """train.py compiles the blocks for any shape (dynamic=True): the count of rows changes with packing and
     with the examples an objective skips, and compiling once per shape ran the study's ERNIE-GEN pre-training
