@@ -282,8 +282,7 @@ class PointerGenerator(nn.Module):
         self.W_s = nn.Linear(d, d, bias=True)       # its bias is b^c
         self.w_c = nn.Linear(d, 1, bias=False)
         self.gate = nn.Linear(2 * d, 1)             # [w^z; w^s] and b^m
-        # fast.speed_up sets fast.compiled_additive_scores() here on a GPU (the same numbers);
-        # fast.use_triton_additive (train.py --copy_scores triton) fast/triton_additive.py's op
+        # fast.speed_up sets fast.compiled_additive_scores() here on a GPU (the same numbers)
         self.fast_scores = None
 
     def _scores(self, hm, s):
