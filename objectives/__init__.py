@@ -189,6 +189,12 @@ class Objective:
                 raise ValueError(f"objectives/{self.name}.py: {k}={getattr(self, k)} is not a "
                                  "probability (in [0, 1])")
 
+    def check_room(self, least, layout):
+        """For check_options: a ValueError where max_len is below `least`, the shortest layout."""
+        if self.max_len < least:
+            raise ValueError(f"objectives/{self.name}.py: max_len={self.max_len} "
+                             f"cannot hold {layout}")
+
     def set_step(self, step, total_steps):
         """train.py calls this before building the batch of step `step` (0-based) of total_steps."""
 

@@ -221,9 +221,7 @@ class ErnieGenObjective(Objective):
 
     def check_options(self):
         self.check_probabilities("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune")
-        if self.max_len < 3:
-            raise ValueError(f"objectives/ernie_gen.py: max_len={self.max_len} "
-                             "cannot hold [SOS] [EOS] [EOS]")
+        self.check_room(3, "[SOS] [EOS] [EOS]")
         pretrain = self.task == "pretrain"
         # the noising rate rho (3.2) and Eq. 7's lambda of this task
         self.rho = float(self.rho_p if pretrain else self.rho_f)

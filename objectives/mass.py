@@ -43,9 +43,7 @@ class MassObjective(Objective):
     def check_options(self):
         if not 0 < self.span_frac <= 1:
             raise ValueError(f"objectives/mass.py: span_frac={self.span_frac} must be in (0, 1]")
-        if self.max_len < 4:
-            raise ValueError(f"objectives/mass.py: max_len={self.max_len} "
-                             "cannot hold [SOS] x [EOS] [SOS] y")
+        self.check_room(4, "[SOS] x [EOS] [SOS] y")
 
     # --- examples ---------------------------------------------------------------------------------
     def pretrain_example(self, passage, rng):

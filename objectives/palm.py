@@ -86,9 +86,7 @@ class PalmObjective(Objective):
         if self.mask_prob == 0 and (self.stage1_frac > 0 or self.mlm_weight > 0):
             raise ValueError("objectives/palm.py: mask_prob=0 leaves the MLM (stage 1, mlm_weight) "
                              "nothing to predict")
-        if self.max_len < 5:
-            raise ValueError(f"objectives/palm.py: max_len={self.max_len} "
-                             "cannot hold [SOS] x [EOS] [SOS] y")
+        self.check_room(5, "[SOS] x [EOS] [SOS] y")
         self.special_ids = sorted(self.tok.special_ids)
         self.stage = 2 if self.task == "seq2seq" else None
 

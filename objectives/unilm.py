@@ -81,9 +81,7 @@ class UniLMObjective(Objective):
             raise ValueError(f"objectives/unilm.py: LM weights {self.weights} "
                              "must be >= 0 with a positive sum")
         self.check_probabilities("mask_prob", "span_prob", "nsp_negative_prob", "target_mask_prob")
-        if self.max_len < 5:
-            raise ValueError(f"objectives/unilm.py: max_len={self.max_len} "
-                             "cannot hold [SOS] a [EOS] b [EOS]")
+        self.check_room(5, "[SOS] a [EOS] b [EOS]")
 
     # --- the cloze task ---------------------------------------------------------------------------
     def _n_pred(self, n, p):
