@@ -114,10 +114,7 @@ def pad(seqs, value, length=None):
 
 def leading_context(example):
     """How many tokens at the start of an example are context (CTX): its source part."""
-    n = 0
-    while n < len(example) and example.kind[n] == CTX:
-        n += 1
-    return n
+    return next((i for i, k in enumerate(example.kind) if k != CTX), len(example))
 
 
 # --- Options: declared on the objective's class; train.py makes each a --flag ---------------------
@@ -200,9 +197,8 @@ class Objective:
 
     @classmethod
     def prepare(cls, options, tokenizer, examples, cache_dir, task="pretrain", progress=True):
-        """Work on the training examples that must come before the objective is built (ERNIE-GEN's
-        span vocabulary; cache_dir is keyed by corpus and tokenizer) -> the options to build it
-        with (train.py keeps them in the checkpoint)."""
+        """Work on the training examples before the objective is built (ERNIE-GEN's span vocabulary;
+        cache_dir keyed by corpus and tokenizer) -> the options to build it with (checkpointed)."""
         return options
 
     def heads(self, model):
@@ -255,27 +251,18 @@ class Objective:
         column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)
         labels, kind = column("labels", -100), column("kind", PAD)
         kinds, counts = kind[labels != -100].unique(return_counts=True)
-        return Batch(column("input_ids", self.tok.pad_id),
-                     column("position_ids", 0),
-                     column("segment_ids", self.segments[1] if self.align_source else 0),
-                     labels,
-                     kind,
-                     column("step", 0),
-                     extras,
-                     dict(zip(kinds.tolist(), counts.tolist())))
+        return Batch(column("input_ids", self.tok.pad_id), column("position_ids", 0),
+                     column("segment_ids", self.segments[1] if self.align_source else 0), labels,
+                     kind, column("step", 0), extras, dict(zip(kinds.tolist(), counts.tolist())))
 
     def _aligned(self, row, S):
         """Insert padding after the context part so that it is S tokens wide."""
         n = leading_context(row)
         gap = S - n
         cut = lambda values, fill: values[:n] + [fill] * gap + values[n:]
-        return Example(cut(row.input_ids, self.tok.pad_id),
-                       cut(row.position_ids, 0),
-                       cut(row.segment_ids, self.segments[0]),
-                       cut(row.labels, -100),
-                       cut(row.kind, PAD),
-                       cut(row.step, 0),
-                       row.extras)
+        return Example(cut(row.input_ids, self.tok.pad_id), cut(row.position_ids, 0),
+                       cut(row.segment_ids, self.segments[0]), cut(row.labels, -100),
+                       cut(row.kind, PAD), cut(row.step, 0), row.extras)
 
     # --- the loss ---------------------------------------------------------------------------------
     def loss(self, model, batch):
@@ -316,9 +303,7 @@ class Objective:
         with autocast or nullcontext():
             h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)[0]
         model.train(was_training)
-        labels = batch.labels[0]
-        kind = batch.kind[0]
-        ids = batch.input_ids[0]
+        labels, kind, ids = batch.labels[0], batch.kind[0], batch.input_ids[0]
         rows = (labels != -100).nonzero().flatten()
         guess = dict(zip(rows.tolist(), model.lm_logits(h[rows]).argmax(-1).tolist()))
         piece = self.tok.id_to_token
@@ -377,9 +362,8 @@ def random_token(tokenizer, rng):
 
 
 def cut_segments(sentences, rng):
-    """A passage (non-empty sentences) -> (S1, S2), cut at a uniformly random sentence boundary,
-    or inside a lone sentence at a random token; one token gives ([token], []). (UniLM 2.3,
-    UniLMv2 2.2)"""
+    """A passage (non-empty sentences) -> (S1, S2) (UniLM 2.3, UniLMv2 2.2): cut at a uniformly
+    random sentence boundary, or inside a lone sentence at a random token; one token: ([t], [])."""
     if len(sentences) >= 2:
         k = rng.randint(1, len(sentences) - 1)
         return [t for s in sentences[:k] for t in s], [t for s in sentences[k:] for t in s]
@@ -391,9 +375,8 @@ def cut_segments(sentences, rng):
 
 
 def lm_loss(model, h, labels, label_smoothing=0.0, n=None):
-    """Cross-entropy of the tied LM head over the rows with labels != -100, in fp32 -> (loss,
-    accuracy). Only those rows go through the (d x V) head; n, their count (Batch.labelled), saves
-    the GPU a count."""
+    """Cross-entropy (fp32) of the tied LM head at the rows with labels != -100 -> (loss, accuracy).
+    Only those rows go through the (d x V) head; n, their count (Batch.labelled), spares a sync."""
     sel = (labels != -100).flatten()
     if n is None:
         rows = sel.nonzero().squeeze(1)
@@ -429,13 +412,8 @@ from objectives.ernie_gen import ErnieGenObjective   # noqa: E402
 from objectives.palm import PalmObjective            # noqa: E402
 from objectives.mass import MassObjective            # noqa: E402
 
-OBJECTIVES = {
-    "unilm": UniLMObjective,
-    "pmlm": PMLMObjective,
-    "ernie_gen": ErnieGenObjective,
-    "palm": PalmObjective,
-    "mass": MassObjective,
-}
+OBJECTIVES = {c.name: c for c in (UniLMObjective, PMLMObjective, ErnieGenObjective, PalmObjective,
+                                  MassObjective)}
 
 
 def objective_class(name):

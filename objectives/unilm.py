@@ -15,12 +15,8 @@ from objectives.masks import unilm_kinds
 
 LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")
 # official segment ids as LM identifiers (type_vocab_size 6): (first segment, second segment)
-SEGMENT_IDS = {
-    "bidirectional": (0, 1),
-    "left_to_right": (2, 2),
-    "right_to_left": (3, 3),
-    "seq2seq": (4, 5),
-}
+SEGMENT_IDS = {"bidirectional": (0, 1), "left_to_right": (2, 2), "right_to_left": (3, 3),
+               "seq2seq": (4, 5)}
 
 
 def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
