@@ -516,10 +516,8 @@ def _cmd_perplexity(args):
     import data
     from generate import load_checkpoint
     device = pick_device(args.device)
-    try:
-        examples = data.read_seq2seq(args.data)
-    except data.DataError as e:             # data.py's own error class: the user's file is at fault
-        raise UsageError(str(e)) from None
+    # a DataError (the user's file is at fault) is a UsageError: one line, exit 2
+    examples = data.read_seq2seq(args.data)
     # read as data (utils.read_checkpoint): a checkpoint that holds Python objects is refused
     model, tok, objective = load_checkpoint(args.ckpt, device)
     pairs = [(tok.encode(s), tok.encode(t)) for s, t in examples]
@@ -543,49 +541,45 @@ def _check_args(args):
         raise UsageError(f"--batch_size must be >= 1, got {args.batch_size}")
 
 
-def _add_rouge_options(sub):
-    """The flags `rouge` and `lead` share: both print through _report_rouge."""
-    sub.add_argument("--ref", required=True, help="references, one per line")
-    sub.add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
-    sub.add_argument("--bootstrap", type=int, default=0, metavar="N",
-                     help="add 95%% confidence intervals from N bootstrap resamples")
+def _command(commands, name, run, help, flag, flag_help):
+    """A subcommand that runs `run`: its first flag (what it reads) and --json."""
+    sub = commands.add_parser(name, help=help)
+    sub.set_defaults(run=run)
+    sub.add_argument(flag, required=True, help=flag_help)
     sub.add_argument("--json", action="store_true", help="print the result as JSON")
+    return sub
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     predictions = "predictions, one per line"
-    sub = commands.add_parser("rouge", help="ROUGE-1/2/L/Lsum (rouge-score 0.1.2 numbers)")
-    sub.add_argument("--pred", required=True, help=predictions)
-    _add_rouge_options(sub)
-    sub.set_defaults(run=_cmd_rouge)
-    sub = commands.add_parser("lead", help="ROUGE of the lead baseline: the first N source words")
-    sub.add_argument("--src", required=True, help="sources, one per line")
-    sub.add_argument("--words", type=int, default=12, metavar="N", help="words kept (12)")
-    _add_rouge_options(sub)
-    sub.set_defaults(run=_cmd_lead)
-    sub = commands.add_parser("bleu", help="corpus BLEU-4 (sacrebleu defaults)")
-    sub.add_argument("--pred", required=True, help=predictions)
+    rouge_cmd = _command(commands, "rouge", _cmd_rouge,
+                         "ROUGE-1/2/L/Lsum (rouge-score 0.1.2 numbers)", "--pred", predictions)
+    lead_cmd = _command(commands, "lead", _cmd_lead,
+                        "ROUGE of the lead baseline: the first N source words", "--src",
+                        "sources, one per line")
+    lead_cmd.add_argument("--words", type=int, default=12, metavar="N", help="words kept (12)")
+    # the flags `rouge` and `lead` share: both print through _report_rouge
+    for sub in (rouge_cmd, lead_cmd):
+        sub.add_argument("--ref", required=True, help="references, one per line")
+        sub.add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
+        sub.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                         help="add 95%% confidence intervals from N bootstrap resamples")
+    sub = _command(commands, "bleu", _cmd_bleu, "corpus BLEU-4 (sacrebleu defaults)", "--pred",
+                   predictions)
     sub.add_argument("--ref", required=True, nargs="+", help="one or more reference files")
     sub.add_argument("--tokenize", choices=("13a", "none"), default="13a")
-    sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.set_defaults(run=_cmd_bleu)
-    sub = commands.add_parser("distinct", help="distinct-n over all predictions")
-    sub.add_argument("--pred", required=True, help=predictions)
+    sub = _command(commands, "distinct", _cmd_distinct, "distinct-n over all predictions", "--pred",
+                   predictions)
     sub.add_argument("--n", type=int, nargs="+", default=[1, 2])
-    sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.set_defaults(run=_cmd_distinct)
-    sub = commands.add_parser("perplexity",
-                              help="per-token perplexity of a checkpoint on a seq2seq file")
-    sub.add_argument("--ckpt", required=True,
-                     help="a train.py checkpoint (fine-tuned with --task seq2seq)")
+    sub = _command(commands, "perplexity", _cmd_perplexity,
+                   "per-token perplexity of a checkpoint on a seq2seq file", "--ckpt",
+                   "a train.py checkpoint (fine-tuned with --task seq2seq)")
     sub.add_argument("--data", required=True,
                      help="jsonl {src, tgt} or parallel files (data.read_seq2seq)")
     sub.add_argument("--batch_size", type=int, default=32)
     sub.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.set_defaults(run=_cmd_perplexity)
     args = parser.parse_args(argv)
     try:
         _check_args(args)
