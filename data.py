@@ -314,8 +314,7 @@ def _ragged(lists, dtype):
 
 
 def _unragged(flat, offsets) -> list[list[int]]:
-    flat = flat.tolist()
-    offsets = offsets.tolist()
+    flat, offsets = flat.tolist(), offsets.tolist()
     return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 

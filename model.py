@@ -114,8 +114,7 @@ def relative_position_bucket(relative_position, num_buckets=32, max_distance=128
     max_exact = half // 2
     # log-spaced buckets between max_exact and max_distance
     log_ratio = torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
-    large = max_exact + (log_ratio * (half - max_exact)).long()
-    large = large.clamp(max=half - 1)
+    large = (max_exact + (log_ratio * (half - max_exact)).long()).clamp(max=half - 1)
     return bucket + torch.where(n < max_exact, n, large)
 
 
@@ -226,8 +225,7 @@ class SelfAttention(nn.Module):
         p = self.cfg.dropout if self.training else 0.0
         impl = self.cfg.attn_impl
         # a dense mask (decoding with a cache): the SDPA path
-        if impl == "flex" and torch.is_tensor(mask):
-            impl = "sdpa"
+        impl = "sdpa" if impl == "flex" and torch.is_tensor(mask) else impl
         y = attention(q, k, v, mask, bias, impl, p)                    # (B, H, L, D)
         y = y.transpose(1, 2).reshape(B, L, C)
         return F.dropout(self.proj(y), p, self.training)

@@ -78,8 +78,7 @@ def _grid(lengths, L):
     n = torch.as_tensor(lengths).view(-1, 1, 1)
     i = torch.arange(L).view(1, L, 1)
     j = torch.arange(L).view(1, 1, L)
-    valid = (i < n) & (j < n)
-    return i, j, valid
+    return i, j, (i < n) & (j < n)
 
 
 def bidirectional(lengths, L):
