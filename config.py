@@ -285,9 +285,7 @@ def starting_tokenizer(cfg, ckpt):
             return WordPiece.from_file(cfg.vocab)
         except (OSError, ValueError) as e:
             raise UsageError(f"--vocab: {e}") from None
-    if ckpt is not None:
-        return WordPiece(ckpt["vocab"], ckpt.get("lowercase", True))
-    return None
+    return None if ckpt is None else WordPiece(ckpt["vocab"], ckpt.get("lowercase", True))
 
 
 def check_compatible(ckpt, model_cfg, tok, path):

@@ -134,9 +134,7 @@ def _summary_pair(doc: str, max_src_words=256):
     looks_like_signature = "->" in summary or re.match(r"[\w.]+\(", summary)  # "S.find(sub) -> int"
     if not 3 <= len(summary.split()) <= 40 or summary.endswith(":") or looks_like_signature:
         return None
-    if len(body) < 8:
-        return None
-    return " ".join(body[:max_src_words]), summary
+    return None if len(body) < 8 else (" ".join(body[:max_src_words]), summary)
 
 
 def default_seq2seq(cache_dir=".cache") -> dict[str, list[tuple[str, str]]]:
@@ -437,10 +435,8 @@ def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True
     data=None: the embedded task, a path: read_seq2seq(path) and its siblings (_sibling_splits)."""
     if tokenizer is None:
         raise TypeError("prepare_seq2seq needs the tokenizer the model was pre-trained with")
-    if data is None:
-        texts = default_seq2seq(cache_dir)
-    else:
-        texts = {split: read_seq2seq(p) for split, p in _sibling_splits(data).items()}
+    texts = (default_seq2seq(cache_dir) if data is None
+             else {split: read_seq2seq(p) for split, p in _sibling_splits(data).items()})
     texts = {split: texts.get(split, []) for split in ("train", "valid", "test")}
     tok_key = _sha1(tokenizer.fingerprint(), _code_key(type(tokenizer)))
     key = _sha1(_VERSION, tok_key,

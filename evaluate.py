@@ -463,10 +463,8 @@ def _read_pairs(pred_path, ref_path, what="prediction"):
 
 def _report_rouge(args, preds, refs):
     """ROUGE of the pairs (with bootstrap intervals if asked), printed as JSON or as a table."""
-    if args.bootstrap:
-        result = rouge_bootstrap(preds, refs, args.stem, n_samples=args.bootstrap)
-    else:
-        result = rouge(preds, refs, args.stem)
+    result = (rouge_bootstrap(preds, refs, args.stem, n_samples=args.bootstrap) if args.bootstrap
+              else rouge(preds, refs, args.stem))
     if args.json:
         return print(json.dumps(result, indent=2))
     print(f"{'':10}{'P':>7}{'R':>7}{'F':>7}   ({len(preds)} pairs, x100, stem={args.stem})")
@@ -523,10 +521,8 @@ def _cmd_perplexity(args):
     pairs = [(tok.encode(s), tok.encode(t)) for s, t in examples]
     with torch.no_grad():
         value = perplexity(model, objective, pairs, args.batch_size)
-    if args.json:
-        print(json.dumps({"perplexity": value, "pairs": len(pairs)}))
-    else:
-        print(f"perplexity {value:.3f} over {len(pairs)} pairs")
+    print(json.dumps({"perplexity": value, "pairs": len(pairs)}) if args.json
+          else f"perplexity {value:.3f} over {len(pairs)} pairs")
 
 
 def _check_args(args):

@@ -349,10 +349,8 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
         chunk = order[start:start + batch_size]
         dec = Decoder(model, objective, [list(sources[i])[:limit] for i in chunk], max_len,
                       use_cache, cuda_graph)
-        if beam_size == 1:
-            out = search_greedy(dec, max_len, length_penalty, rules)
-        else:
-            out = search_beam(dec, beam_size, max_len, length_penalty, rules)
+        out = (search_greedy(dec, max_len, length_penalty, rules) if beam_size == 1
+               else search_beam(dec, beam_size, max_len, length_penalty, rules))
         for i, hyps in zip(chunk, out):
             results[i] = hyps[:n_best]
         bar.update(len(chunk))

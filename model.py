@@ -178,9 +178,7 @@ class KVCache:
     def key_positions(self, position_ids):
         """position_ids (B, L) of the new tokens -> (B, Lc + L) of every key (once per forward)."""
         self.pending_pos = position_ids
-        if not len(self):
-            return position_ids
-        return torch.cat([self.pos, position_ids], dim=1)
+        return torch.cat([self.pos, position_ids], dim=1) if len(self) else position_ids
 
     def layer(self, i, k_new, v_new):
         """Keys/values layer i attends to: cached ones followed by the new ones."""

@@ -342,10 +342,8 @@ def evaluate_step(run, autocast):
         run.bar.write(f"step {run.step}: valid "
                       + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))
         example = fills_example(run.splits["valid"], run.tok)
-        if run.cfg.task == "seq2seq":
-            run.bar.write(show_summary(run.model, run.objective, example))
-        else:
-            run.bar.write(run.objective.show_fills(run.model, example, run.dist.device, autocast))
+        run.bar.write(show_summary(run.model, run.objective, example) if run.cfg.task == "seq2seq"
+                      else run.objective.show_fills(run.model, example, run.dist.device, autocast))
     # evaluation time is not training throughput
     run.t_last = time.time()
 
@@ -407,10 +405,8 @@ def finish(run):
         print(f"examples the objective skipped, by reason: {dict(skipped)}")
     print(f"{run.stop or 'done'}: {run.step} of {run.cfg.max_steps} steps; "
           f"checkpoint {run.ckpt_path}; metrics {run.out_dir / 'metrics.jsonl'}")
-    if run.step < run.cfg.max_steps:
-        print(f"continue with: {resume_command(run.cfg, run.dist.world)}")
-    else:
-        print(f"next: {next_command(run.cfg)}")
+    print(f"continue with: {resume_command(run.cfg, run.dist.world)}"
+          if run.step < run.cfg.max_steps else f"next: {next_command(run.cfg)}")
 
 
 # --- The run, phase by phase ----------------------------------------------------------------------

@@ -90,10 +90,8 @@ def check(model, batch, examples=None, max_rows=None, attn_mask=None):
     for b in (range(len(batch)) if examples is None else examples):
         rows = (batch.labels[b] != -100).nonzero().flatten().tolist()[:max_rows]
         grads = dependencies(model, batch, b, rows, attn_mask)
-        if rows:
-            bad = torch.stack([forbidden_inputs(batch.kind[b], batch.step[b], r) for r in rows])
-        else:
-            bad = torch.zeros_like(grads, dtype=torch.bool)
+        bad = (torch.stack([forbidden_inputs(batch.kind[b], batch.step[b], r) for r in rows])
+               if rows else torch.zeros_like(grads, dtype=torch.bool))
         report.rows[b] = rows
         report.grads[b] = grads
         report.forbidden[b] = bad
