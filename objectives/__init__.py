@@ -218,14 +218,14 @@ class Objective:
         """Fit a seq2seq pair in max_len positions beside three special tokens ([SOS] src [EOS] tgt
         and one more [EOS] or [SOS]): a target that cannot fit alone is cut, then the source."""
         room = self.max_len - 3
-        if len(tgt) > room:
-            warn_once(f"{self.name}: a target is longer than max_len - 3 = {room}; truncated")
-            tgt = tgt[:room]
-        if len(src) + len(tgt) > room:
-            warn_once(f"{self.name}: a source + target is longer than max_len={self.max_len}; "
-                      "source truncated")
-            src = src[:room - len(tgt)]
-        return list(src), list(tgt)
+        tgt = self.truncate(list(tgt), room, "a target")
+        return self.truncate(list(src), room - len(tgt), "a source (beside its target)"), tgt
+
+    def truncate(self, ids, room, what):
+        """ids cut to their first `room` tokens; the first cut of `what` says so (a warning)."""
+        if len(ids) > room:
+            warn_once(f"{self.name}: {what} is longer than {room} tokens; truncated")
+        return ids[:room]
 
     def make_batch(self, examples, rng):
         """Pretrain passages or seq2seq (src, tgt) pairs -> Batch (skipped examples left out)."""

@@ -319,10 +319,7 @@ class ErnieGenObjective(Objective):
         return ex
 
     def pretrain_example(self, passage, rng):
-        ids = [int(t) for sentence in passage for t in sentence]
-        if len(ids) > self.max_len - 2:
-            warn_once(f"ernie_gen: a passage is longer than max_len={self.max_len} - 2; truncated")
-            ids = ids[:self.max_len - 2]
+        ids = self.truncate([int(t) for s in passage for t in s], self.max_len - 2, "a passage")
         words = word_ranges(ids, self.continuation)
         fragments = sorted(self.sample_fragments(words, rng)[0]) if len(words) >= 2 else []
         if not fragments:

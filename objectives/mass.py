@@ -12,7 +12,7 @@ to right. On one backbone that is one sequence with the seq2seq mask (Figure 1's
 Fine-tuning: [SOS] src [EOS] | [SOS] y (PALM's layout). Left out: BERT's 80/10/10 (a kept slot
 would show the decoder its answer), MASS's separate encoder and decoder, its language embeddings.
 """
-from objectives import Example, Objective, lm_loss, option, warn_once
+from objectives import Example, Objective, lm_loss, option
 from objectives.masks import CTX, ORIG
 
 
@@ -48,12 +48,8 @@ class MassObjective(Objective):
     # --- examples ---------------------------------------------------------------------------------
     def pretrain_example(self, passage, rng):
         """A passage -> Example: the passage with one span masked, then the span left to right."""
-        tokens = [int(t) for sentence in passage for t in sentence]
         # [SOS] x [EOS] must fit the position table
-        if len(tokens) > self.max_len - 2:
-            warn_once(f"mass: a passage is longer than max_len - 2 = {self.max_len - 2} tokens; "
-                      "truncated")
-            tokens = tokens[:self.max_len - 2]
+        tokens = self.truncate([int(t) for s in passage for t in s], self.max_len - 2, "a passage")
         if not tokens:
             self.count_skip("empty passage")
             return None

@@ -123,10 +123,7 @@ class UniLMObjective(Objective):
         """One usable passage -> Example of the batch's LM; other: a passage for NSP negatives."""
         nsp_label = None
         if lm in ("left_to_right", "right_to_left"):
-            text = [t for s in passage for t in s]
-            if len(text) > self.max_len - 2:
-                warn_once(f"unilm: a passage is longer than max_len={self.max_len}; truncated")
-                text = text[:self.max_len - 2]
+            text = self.truncate([t for s in passage for t in s], self.max_len - 2, "a passage")
             tokens = [self.tok.sos_id] + text + [self.tok.eos_id]
             n_src = len(tokens)
         else:
