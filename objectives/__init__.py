@@ -221,6 +221,25 @@ class Objective:
         tgt = self.truncate(list(tgt), room, "a target")
         return self.truncate(list(src), room - len(tgt), "a source (beside its target)"), tgt
 
+    def next_token_example(self, ctx, ctx_labels, cont):
+        """PALM's and MASS's layout: [SOS] ctx [EOS] (context, bidirectional), then unless cont is
+        None [SOS] y (causal): row t holds y_t-1 ([SOS] first) and predicts y_t ([EOS] last)."""
+        sos, eos = self.tok.sos_id, self.tok.eos_id
+        S = len(ctx) + 2
+        ex = Example(input_ids=[sos] + ctx + [eos], position_ids=list(range(S)),
+                     segment_ids=[self.segments[0]] * S, labels=[-100] + ctx_labels + [-100],
+                     kind=[CTX] * S, step=[0] * S)
+        if cont is not None:
+            T = len(cont) + 1
+            ex.input_ids += [sos] + cont
+            ex.position_ids += list(range(S, S + T))
+            ex.segment_ids += [self.segments[1]] * T
+            ex.labels += cont + [eos]
+            # the seq2seq mask: continuation row t sees the context and rows <= t
+            ex.kind += [ORIG] * T
+            ex.step += list(range(1, T + 1))
+        return ex
+
     def truncate(self, ids, room, what):
         """ids cut to their first `room` tokens; the first cut of `what` says so (a warning)."""
         if len(ids) > room:

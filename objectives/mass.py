@@ -62,15 +62,7 @@ class MassObjective(Objective):
     def seq2seq_example(self, src, tgt, rng):
         """(src_ids, tgt_ids) -> [SOS] src [EOS] | [SOS] y, as generate.py decodes it."""
         src, tgt = self.fit_pair([int(t) for t in src], [int(t) for t in tgt])
-        sos, eos = self.tok.sos_id, self.tok.eos_id
-        S = len(src) + 2        # [SOS] src [EOS]
-        T = len(tgt) + 1        # [SOS] y
-        return Example(input_ids=[sos] + src + [eos] + [sos] + tgt,
-                       position_ids=list(range(S + T)),         # target row t at S + t
-                       segment_ids=[self.segments[0]] * S + [self.segments[1]] * T,
-                       labels=[-100] * S + tgt + [eos],         # row t predicts y_t ([EOS] last)
-                       kind=[CTX] * S + [ORIG] * T,
-                       step=[0] * S + list(range(1, T + 1)))
+        return self.next_token_example(src, [-100] * len(src), tgt)
 
     # --- loss -------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):

@@ -15,7 +15,7 @@ import itertools
 
 import torch
 
-from objectives import Example, Objective, cloze, lm_loss, option, warn_once
+from objectives import Objective, cloze, lm_loss, option, warn_once
 from objectives.masks import CTX, ORIG
 
 
@@ -119,7 +119,7 @@ class PalmObjective(Objective):
         n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
         inputs, labels = cloze(ctx, rng.sample(range(len(ctx)), n_mask), self.tok, rng)
         # stage 1 trains the encoder alone: the continuation would be compute for nothing
-        return self._example(inputs, labels, cont if self.stage == 2 else None)
+        return self.next_token_example(inputs, labels, cont if self.stage == 2 else None)
 
     def seq2seq_example(self, src, tgt, rng):
         """(src_ids, tgt_ids) -> Example, truncated to max_len, or None for an empty target."""
@@ -127,26 +127,7 @@ class PalmObjective(Objective):
             self.count_skip("empty target")
             return None
         src, tgt = self.fit_pair(src, tgt)
-        return self._example(src, [-100] * len(src), tgt)
-
-    def _example(self, ctx, ctx_labels, cont):
-        """[SOS] ctx [EOS] (context, bidirectional), then unless cont is None [SOS] y (causal):
-        row t holds y_t-1 ([SOS] first) and predicts y_t ([EOS] last)."""
-        sos, eos = self.tok.sos_id, self.tok.eos_id
-        S = len(ctx) + 2
-        ex = Example(input_ids=[sos] + ctx + [eos], position_ids=list(range(S)),
-                     segment_ids=[self.segments[0]] * S, labels=[-100] + ctx_labels + [-100],
-                     kind=[CTX] * S, step=[0] * S)
-        if cont is not None:
-            T = len(cont) + 1
-            ex.input_ids += [sos] + cont
-            ex.position_ids += list(range(S, S + T))
-            ex.segment_ids += [self.segments[1]] * T
-            ex.labels += cont + [eos]
-            # the seq2seq mask: continuation row t sees the context and rows <= t
-            ex.kind += [ORIG] * T
-            ex.step += list(range(1, T + 1))
-        return ex
+        return self.next_token_example(src, [-100] * len(src), tgt)
 
     def make_batch(self, examples, rng):
         if self.stage is None:
