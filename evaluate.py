@@ -257,10 +257,8 @@ def rouge_scores(prediction, reference, stem=False):
     """ROUGE-1/2/L/Lsum of one pair: {type: {"precision", "recall", "fmeasure"}}, each in [0, 1]."""
     pred = rouge_tokenize(prediction, stem)
     ref = rouge_tokenize(reference, stem)
-
-    def sentences(text):  # Lsum's sentences are the non-empty lines of a text
-        return [rouge_tokenize(s, stem) for s in text.split("\n") if s]
-
+    # Lsum's sentences are the non-empty lines of a text
+    sentences = lambda text: [rouge_tokenize(s, stem) for s in text.split("\n") if s]
     return {"rouge1": _rouge_n(ref, pred, 1), "rouge2": _rouge_n(ref, pred, 2),
             "rougeL": _rouge_l(ref, pred),
             "rougeLsum": _rouge_lsum(sentences(reference), sentences(prediction))}
@@ -357,8 +355,7 @@ def bleu_details(predictions, references, tokenize="13a"):
     """Corpus BLEU-4 and its parts: score (0-100), precisions (%), bp, sys_len, ref_len, counts."""
     correct = [0] * 4                      # matched n-grams of order 1..4
     total = [0] * 4                        # hypothesis n-grams of order 1..4
-    sys_len = 0
-    ref_len = 0
+    sys_len, ref_len = 0, 0                # hypothesis and (closest) reference lengths
     for pred, refs in zip(predictions, _as_reference_lists(predictions, references)):
         hyp = _bleu_tokens(pred, tokenize)
         ref_tokens = [_bleu_tokens(r, tokenize) for r in refs]
@@ -471,10 +468,9 @@ def _report_rouge(args, preds, refs):
     measures = ("precision", "recall", "fmeasure")
     for name, s in result.items():
         p, r, f = (s[k]["mean"] if args.bootstrap else s[k] for k in measures)
-        ci = ""
-        if args.bootstrap:
-            interval = s["fmeasure"]
-            ci = f"   95% CI of F: [{100 * interval['low']:.2f}, {100 * interval['high']:.2f}]"
+        f_ci = s["fmeasure"]
+        ci = (f"   95% CI of F: [{100 * f_ci['low']:.2f}, {100 * f_ci['high']:.2f}]"
+              if args.bootstrap else "")
         print(f"{name:10}{100 * p:7.2f}{100 * r:7.2f}{100 * f:7.2f}{ci}")
 
 

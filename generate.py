@@ -446,10 +446,8 @@ def check_output(path):
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"--output {path}: is a directory")
-    folder = path.parent
     # the nearest folder that exists must be a folder we may write into
-    while not folder.exists():
-        folder = folder.parent
+    folder = next(p for p in path.parents if p.exists())
     if not folder.is_dir():
         raise UsageError(f"--output {path}: cannot make its folder ({folder} is a file)")
     if not os.access(folder, os.W_OK):

@@ -94,9 +94,7 @@ def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, mi
     settings = dict(tokenizer=tokenizer.fingerprint(), n_bigrams=n_bigrams, n_trigrams=n_trigrams,
                     min_t=min_t)
     if cache_path and os.path.exists(cache_path):
-        with open(cache_path, encoding="utf-8") as f:
-            cached = json.load(f)
-        if cached.get("settings") == settings:
+        if json.loads(Path(cache_path).read_text(encoding="utf-8")).get("settings") == settings:
             return load_span_vocab(cache_path, tokenizer)
     continuation = continuation_ids(tokenizer)
     word_id = {}
@@ -131,8 +129,7 @@ def load_span_vocab(path, tokenizer):
     if not os.path.exists(path):
         raise FileNotFoundError(f"span vocabulary {path!r} does not exist; "
                                 "build it with build_span_vocab")
-    with open(path, encoding="utf-8") as f:
-        table = json.load(f)
+    table = json.loads(Path(path).read_text(encoding="utf-8"))
     if table.get("settings", {}).get("tokenizer") != tokenizer.fingerprint():
         raise ValueError(f"{path}: span vocabulary was built with another tokenizer; rebuild it")
     continuation = continuation_ids(tokenizer)
@@ -187,9 +184,7 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
         return x + blk.ffn(blk.ln2(x))
 
     e = model.embed(input_ids[None], position_ids[None], segment_ids[None])[0]
-    x = e[is_x]
-    a_w = e[is_w]
-    a_s = e[is_s]
+    x, a_w, a_s = e[is_x], e[is_w], e[is_s]
     m_w = m_gen(step[is_w])
     m_s = m_gen(step[is_s])
     for blk in model.blocks:
@@ -326,9 +321,7 @@ class ErnieGenObjective(Objective):
             self.count_skip("passage too short for a fragment (needs two words)")
             return None
         in_target = [False] * len(ids)
-        tgt_ids = []
-        tgt_pos = []
-        ranges = []
+        tgt_ids, tgt_pos, ranges = [], [], []
         for w0, w1 in fragments:
             a = words[w0][0]
             b = words[w1 - 1][1]
