@@ -84,8 +84,7 @@ def _parse_stdlib(root: Path) -> dict:
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("config-")]
         files += [Path(folder) / n for n in names if n.endswith(".py")]
-    modules = []
-    failed = 0
+    modules, failed = [], 0
     for path in sorted(files):
         try:
             tree = ast.parse(path.read_bytes())  # bytes: ast honours the file's coding declaration
@@ -187,17 +186,14 @@ def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list
     sentences of at most max_tokens tokens each (a longer sentence is cut into pieces first)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    passages = []
-    current = []
-    used = 0
+    passages, current, used = [], [], 0
     for sent in sentences:
         for i in range(0, len(sent), max_tokens):
             piece = sent[i:i + max_tokens]
             # greedy: close the passage before it overflows
             if used + len(piece) > max_tokens:
                 passages.append(current)
-                current = []
-                used = 0
+                current, used = [], 0
             current.append(piece)
             used += len(piece)
     if current:
@@ -528,8 +524,7 @@ class StepBatches(torch.utils.data.IterableDataset):
         self.rank = rank
         self.world = world
         self.start = start
-        # None: one passage a row; else the speed layer's packing plan, Batch -> Batch
-        # (train.py --pack: fast.plan_packing)
+        # None: one passage a row; else the packing plan, Batch -> Batch (--pack: fast.plan_packing)
         self.pack = pack
         if num_batches(len(examples), batch_size, world) == 0:
             raise UsageError(f"{len(examples)} training examples are too few for --batch_size "

@@ -428,8 +428,7 @@ def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
     from generate import max_source_len, score_targets     # torch is needed only here
     eos = objective.tok.eos_id
     src_limit = max_source_len(model, max_tgt + 1)
-    nll = 0.0
-    n = 0
+    nll, n = 0.0, 0
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i:i + batch_size]
         sources = [list(s)[:src_limit] for s, _ in chunk]

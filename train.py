@@ -300,9 +300,7 @@ def log_step(run, lr, peak):
         shown["mfu"] = f"{record['mfu']:.1%}"
     run.bar.set_postfix(**shown)
     write_record(run, record)
-    run.seen = {}
-    run.work = Counter()
-    run.t_last = time.time()
+    run.seen, run.work, run.t_last = {}, Counter(), time.time()
 
 
 def write_record(run, record):

@@ -345,8 +345,7 @@ class ErnieGenObjective(Objective):
         S = len(src) + 2        # [SOS] src [EOS]
         m = len(tgt) + 1        # tgt [EOS]
         target = tgt + [self.tok.eos_id]
-        # the noise first (3.2), then the spans cut in T' (3.3);
-        # the last token, the [EOS], is a span of its own
+        # the noise first (3.2), then the spans cut in T' (3.3); the [EOS] is a span of its own
         noised = self.noise(target, rng)
         spans = self.spans(noised[:-1]) + [(m - 1, m)] if self.lam < 1 else []
         return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), target,
