@@ -131,7 +131,9 @@ def parse_args(argv):
         raise UsageError(f"--objective {name!r}: choose one of {sorted(OBJECTIVES)}")
     train_defaults = asdict(TrainConfig())
     option_defaults = {k: o.default for k, o in objective_class(name).option_table().items()}
-    cfg, model_flags, obj_flags = {}, {}, {}
+    cfg = {}
+    model_flags = {}
+    obj_flags = {}
     tables = ((train_defaults, cfg), (model_fields(), model_flags), (option_defaults, obj_flags))
     for key, value in raw.items():
         for defaults, out in tables:

@@ -84,7 +84,8 @@ def _parse_stdlib(root: Path) -> dict:
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("config-")]
         files += [Path(folder) / n for n in names if n.endswith(".py")]
-    modules, failed = [], 0
+    modules = []
+    failed = 0
     for path in sorted(files):
         try:
             tree = ast.parse(path.read_bytes())  # bytes: ast honours the file's coding declaration
@@ -186,14 +187,17 @@ def make_passages(sentences: list[list[int]], max_tokens: int) -> list[list[list
     sentences of at most max_tokens tokens each (a longer sentence is cut into pieces first)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    passages, current, used = [], [], 0
+    passages = []
+    current = []
+    used = 0
     for sent in sentences:
         for i in range(0, len(sent), max_tokens):
             piece = sent[i:i + max_tokens]
             # greedy: close the passage before it overflows
             if used + len(piece) > max_tokens:
                 passages.append(current)
-                current, used = [], 0
+                current = []
+                used = 0
             current.append(piece)
             used += len(piece)
     if current:
@@ -308,7 +312,8 @@ def _ragged(lists, dtype):
 
 
 def _unragged(flat, offsets) -> list[list[int]]:
-    flat, offsets = flat.tolist(), offsets.tolist()
+    flat = flat.tolist()
+    offsets = offsets.tolist()
     return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 

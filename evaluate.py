@@ -355,7 +355,8 @@ def bleu_details(predictions, references, tokenize="13a"):
     """Corpus BLEU-4 and its parts: score (0-100), precisions (%), bp, sys_len, ref_len, counts."""
     correct = [0] * 4                      # matched n-grams of order 1..4
     total = [0] * 4                        # hypothesis n-grams of order 1..4
-    sys_len, ref_len = 0, 0                # hypothesis and (closest) reference lengths
+    sys_len = 0
+    ref_len = 0
     for pred, refs in zip(predictions, _as_reference_lists(predictions, references)):
         hyp = _bleu_tokens(pred, tokenize)
         ref_tokens = [_bleu_tokens(r, tokenize) for r in refs]
@@ -428,7 +429,8 @@ def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
     from generate import max_source_len, score_targets     # torch is needed only here
     eos = objective.tok.eos_id
     src_limit = max_source_len(model, max_tgt + 1)
-    nll, n = 0.0, 0
+    nll = 0.0
+    n = 0
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i:i + batch_size]
         sources = [list(s)[:src_limit] for s, _ in chunk]

@@ -261,7 +261,9 @@ def beam_search(dec, K, max_len, alpha, rules):
         live_score = top.gather(1, live)
         last = t == max_len - 1
         # finished: an [EOS] among the top K (one ranked lower is dropped: K candidates were better)
-        top_c, row_c, eos_c = top.tolist(), row.tolist(), is_eos.tolist()
+        top_c = top.tolist()
+        row_c = row.tolist()
+        eos_c = is_eos.tolist()
         # a host copy of the histories only when a hypothesis finishes
         hist = dec.tgt.tolist() if last or any(any(e[:K]) for e in eos_c) else None
         keep = []

@@ -317,7 +317,8 @@ class PointerGenerator(nn.Module):
         log_pv = PointerGenerator._fp32(vocab_logits).log_softmax(dim=-1)
         if target is None:
             pc = torch.zeros_like(log_pv).scatter_add(-1, src_ids, alpha)   # (..., V), Eq. 6
-            log_lam, log_1m_lam = log_lam[..., None], log_1m_lam[..., None]
+            log_lam = log_lam[..., None]
+            log_1m_lam = log_1m_lam[..., None]
         else:
             log_pv = log_pv.gather(-1, target[..., None]).squeeze(-1)       # (...)
             pc = (alpha * (src_ids == target[..., None])).sum(-1)            # Eq. 6 at y only

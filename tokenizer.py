@@ -313,7 +313,8 @@ def _train_pieces_naive(counts, n_pieces, min_frequency, criterion, progress=Fal
     bar = tqdm(total=n_pieces, initial=len(names), desc="wordpiece merges", disable=not progress)
     while len(names) < n_pieces:
         # Count every symbol and every adjacent pair, each word weighted by its frequency
-        sym, pair = collections.Counter(), collections.Counter()
+        sym = collections.Counter()
+        pair = collections.Counter()
         for symbols, n in words:
             for s in symbols:
                 sym[s] += n

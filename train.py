@@ -132,7 +132,8 @@ def packing(cfg, model, device):
 def make_optimizer(model, cfg, device):
     """AdamW; no weight decay on biases, LayerNorms and position/segment/relative-bias tables."""
     no_decay_names = ("pos_emb", "seg_emb", "rel_bias")
-    decay, no_decay = [], []
+    decay = []
+    no_decay = []
     for name, p in model.named_parameters():
         (no_decay if p.dim() < 2 or any(n in name for n in no_decay_names) else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
@@ -300,7 +301,9 @@ def log_step(run, lr, peak):
         shown["mfu"] = f"{record['mfu']:.1%}"
     run.bar.set_postfix(**shown)
     write_record(run, record)
-    run.seen, run.work, run.t_last = {}, Counter(), time.time()
+    run.seen = {}
+    run.work = Counter()
+    run.t_last = time.time()
 
 
 def write_record(run, record):

@@ -322,7 +322,9 @@ class Objective:
         with autocast or nullcontext():
             h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)[0]
         model.train(was_training)
-        labels, kind, ids = batch.labels[0], batch.kind[0], batch.input_ids[0]
+        labels = batch.labels[0]
+        kind = batch.kind[0]
+        ids = batch.input_ids[0]
         rows = (labels != -100).nonzero().flatten()
         guess = dict(zip(rows.tolist(), model.lm_logits(h[rows]).argmax(-1).tolist()))
         piece = self.tok.id_to_token

@@ -184,7 +184,9 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
         return x + blk.ffn(blk.ln2(x))
 
     e = model.embed(input_ids[None], position_ids[None], segment_ids[None])[0]
-    x, a_w, a_s = e[is_x], e[is_w], e[is_s]
+    x = e[is_x]
+    a_w = e[is_w]
+    a_s = e[is_s]
     m_w = m_gen(step[is_w])
     m_s = m_gen(step[is_s])
     for blk in model.blocks:
@@ -321,7 +323,9 @@ class ErnieGenObjective(Objective):
             self.count_skip("passage too short for a fragment (needs two words)")
             return None
         in_target = [False] * len(ids)
-        tgt_ids, tgt_pos, ranges = [], [], []
+        tgt_ids = []
+        tgt_pos = []
+        ranges = []
         for w0, w1 in fragments:
             a = words[w0][0]
             b = words[w1 - 1][1]

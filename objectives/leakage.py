@@ -92,7 +92,9 @@ def check(model, batch, examples=None, max_rows=None, attn_mask=None):
         grads = dependencies(model, batch, b, rows, attn_mask)
         bad = (torch.stack([forbidden_inputs(batch.kind[b], batch.step[b], r) for r in rows])
                if rows else torch.zeros_like(grads, dtype=torch.bool))
-        report.rows[b], report.grads[b], report.forbidden[b] = rows, grads, bad
+        report.rows[b] = rows
+        report.grads[b] = grads
+        report.forbidden[b] = bad
         for k, j in (bad & (grads > 0)).nonzero().tolist():
             report.leaks.append(Leak(b, rows[k], j, float(grads[k, j])))
     return report
