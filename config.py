@@ -18,7 +18,7 @@ import model as M
 from model import setting
 from objectives import OBJECTIVES, objective_class
 from tokenizer import WordPiece
-from utils import UsageError, read_checkpoint
+from utils import UsageError, check_at_least, read_checkpoint
 
 
 @dataclass
@@ -150,14 +150,9 @@ def parse_args(argv):
 
 def check_settings(cfg):
     """Every value in range, before anything is read or written: one clear error, never a crash."""
-    at_least_one = ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
-                    "ckpt_interval")
-    for key in at_least_one:
-        if getattr(cfg, key) < 1:
-            raise UsageError(f"--{key} must be >= 1, got {getattr(cfg, key)}")
-    for key in ("stop_at", "eval_batches", "seq_len", "time_limit", "grad_clip", "weight_decay"):
-        if getattr(cfg, key) < 0:
-            raise UsageError(f"--{key} must be >= 0, got {getattr(cfg, key)}")
+    check_at_least(cfg, batch_size=1, grad_accum=1, max_steps=1, log_interval=1, eval_interval=1,
+                   ckpt_interval=1, stop_at=0, eval_batches=0, seq_len=0, time_limit=0,
+                   grad_clip=0, weight_decay=0)
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise UsageError(f"--lr must be a positive number, got {cfg.lr}")
     if cfg.warmup_steps < -1 or not 0 <= cfg.min_lr_frac <= 1 or not 0 <= cfg.beta2 < 1:

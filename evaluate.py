@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from utils import UsageError, exit_with_error, pick_device, read_lines
+from utils import UsageError, check_at_least, exit_with_error, pick_device, read_lines
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -526,12 +526,7 @@ def _check_args(args):
     """The numbers argparse cannot check by type; a mistake is a UsageError (one line, exit 2)."""
     if getattr(args, "n", None) and min(args.n) < 1:
         raise UsageError(f"--n must be >= 1, got {min(args.n)}")
-    if getattr(args, "bootstrap", 0) < 0:
-        raise UsageError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    if getattr(args, "words", 1) < 1:
-        raise UsageError(f"--words must be >= 1, got {args.words}")
-    if getattr(args, "batch_size", 1) < 1:
-        raise UsageError(f"--batch_size must be >= 1, got {args.batch_size}")
+    check_at_least(args, bootstrap=0, words=1, batch_size=1)
 
 
 def _command(commands, name, run, help, flag, flag_help):

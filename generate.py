@@ -32,8 +32,8 @@ import model as M
 from objectives import get_objective, masks, pad
 from objectives.masks import CTX, ORIG, PAD, PSEUDO
 from tokenizer import WordPiece
-from utils import (DataError, UsageError, atomic_write, exit_with_error, pick_device,
-                   read_checkpoint, read_lines)
+from utils import (DataError, UsageError, atomic_write, check_at_least, exit_with_error,
+                   pick_device, read_checkpoint, read_lines)
 
 NEG_INF = float("-inf")
 
@@ -456,9 +456,7 @@ def check_output(path):
 
 def check_args(args):
     """Every flag, before anything slow runs; a mistake is a UsageError (one line, exit 2)."""
-    for key, low in (("beam", 1), ("max_len", 1), ("batch_size", 1), ("no_repeat_ngram", 0)):
-        if getattr(args, key) < low:
-            raise UsageError(f"--{key} must be >= {low}, got {getattr(args, key)}")
+    check_at_least(args, beam=1, max_len=1, batch_size=1, no_repeat_ngram=0)
     if not 0 <= args.min_len <= args.max_len:
         raise UsageError(f"--min_len must be between 0 and --max_len ({args.max_len}), "
                          f"got {args.min_len}")

@@ -27,6 +27,13 @@ def exit_with_error(prog, error):
     raise SystemExit(2)
 
 
+def check_at_least(settings, **lows):
+    """A UsageError for the first setting below its least value; one `settings` lacks is skipped."""
+    for key, low in lows.items():
+        if getattr(settings, key, low) < low:
+            raise UsageError(f"--{key} must be >= {low}, got {getattr(settings, key)}")
+
+
 # --- Files ----------------------------------------------------------------------------------------
 def read_text(path):
     """A file's UTF-8 text (BOM dropped); clear errors for a missing path, a folder, not UTF-8."""
