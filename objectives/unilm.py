@@ -154,10 +154,9 @@ class UniLMObjective(Objective):
         rows = []
         for b, passage in enumerate(passages):
             # an NSP negative comes from another passage of the SAME batch
-            others = []
-            if lm == "bidirectional" and self.nsp:
-                others = [i for i in range(len(passages)) if i != b]
-            other = passages[rng.choice(others)] if others else None
+            others = [i for i in range(len(passages)) if i != b]
+            nsp = lm == "bidirectional" and self.nsp and others
+            other = passages[rng.choice(others)] if nsp else None
             rows.append(self.pretrain_example(passage, rng, lm, other))
         return self.collate(rows, lm_type=LM_TYPES.index(lm))
 
