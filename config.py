@@ -1,8 +1,7 @@
-"""train.py's command line: the table of training flags (TrainConfig), how `--key value` flags
-are read and checked, how the settings no flag gave are filled in (the preset's recipe, a resumed
-run's own, a checkpoint's model shape and vocabulary), `--help`, and the commands a run prints at
-its end. train.main calls them in order: parse_args, check_settings, start_point, model_settings,
-resolve_defaults, starting_tokenizer.
+"""train.py's command line (train.main calls it phase by phase): the table of training flags
+(TrainConfig), how `--key value` flags are read and checked, how the settings no flag gave are
+filled in (the preset's recipe, a resumed run's own, a checkpoint's model shape and vocabulary),
+`--help`, and the commands a run prints at its end.
 
 One mechanism for every setting (nanoGPT's): a `--key value` flag for each field of TrainConfig,
 of model.ModelConfig and of the chosen objective's options (objectives/__init__.py's `option`).

@@ -211,9 +211,8 @@ class WordPiece:
     @classmethod
     def train(cls, texts, vocab_size, lowercase=True, min_frequency=2, criterion="likelihood",
               progress=True, method="incremental"):
-        """Learn a vocabulary of `vocab_size` tokens (specials included) from an iterable of
-        strings; words seen fewer than `min_frequency` times are left out. method: "naive" or
-        "incremental" (the same vocabulary, fast)."""
+        """Learn `vocab_size` tokens (specials included) from an iterable of strings, words seen
+        < `min_frequency` times left out; method "naive" or "incremental" (the same, fast)."""
         trainers = {"naive": _train_pieces_naive, "incremental": _train_pieces}
         if criterion not in ("likelihood", "ratio"):
             raise ValueError(f"criterion={criterion!r}; choose 'likelihood' or 'ratio'")

@@ -95,9 +95,8 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
 
 
 def use_fast_layer(model, objective, cfg, device):
-    """The one place train.py reaches for GPU speed (fast/): on CUDA (or with --compile true)
-    the Transformer blocks compiled, and the GPU versions of the relative bias and the copy
-    scores. On a CPU the readable path runs as it is."""
+    """The one place train.py reaches for GPU speed (fast/): on CUDA (or --compile true) compiled
+    blocks, the GPU relative bias and copy scores. On a CPU the readable path runs as it is."""
     if model.config.attn_impl == "flex" and device.type != "cuda":
         raise UsageError("--attn_impl flex trains on CUDA only "
                          "(FlexAttention has no backward on a CPU)")
@@ -118,9 +117,8 @@ def switched_on(setting, device):
 
 def packing(cfg, model, device):
     """--pack: None (one passage a row, the readable layout) or what data.StepBatches does to every
-    training batch: several passages a row, all rows of one width where the blocks are compiled
-    (fast.SteadyPacking: one shape but the count of rows), else the cheapest width per batch,
-    priced by what a wider row costs the attention (fast.plan_packing)."""
+    training batch: several passages a row, one width where the blocks are compiled
+    (fast.SteadyPacking), else the width the attention finds cheapest (fast.plan_packing)."""
     if not switched_on(cfg.pack, device):
         return None
     if switched_on(cfg.compile, device):

@@ -1,10 +1,6 @@
 """ERNIE-GEN (Xiao et al., IJCAI 2020, section 3): infilling, noise-aware and span-by-span
-generation. docs/objectives.md ("ERNIE-GEN") tells the steps, the position layout, the span
-vocabulary's t-test, the bad-input rules and what was measured.
-
-    obj = get_objective("ernie_gen", tok, span_vocab="spans.json")     # pre-training on passages
-    obj = get_objective("ernie_gen", tok, task="seq2seq")              # fine-tuning, rho_f = 0.7
-    vocab = build_span_vocab(sentences, tok, cache_path="spans.json")  # V_span, once per corpus
+generation. docs/objectives.md ("ERNIE-GEN") shows its use and tells the steps, the position
+layout, the span vocabulary's t-test, the bad-input rules and what was measured.
 
 One example is ONE sequence [S'; T'; A_W; A_S] with ONE mask (masks.multi_flow): one attention
 call per layer runs the three flows of Eq. 5; `separate_flows` computes them apart (Eq. 2-6) and
@@ -89,8 +85,7 @@ def _sentences(corpus, tokenizer):
 def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, min_t=T_CRITICAL,
                      cache_path=None, progress=True):
     """Count word n-grams over the corpus (texts, token-id sentences or passages), keep the top
-    t-statistics (3.3) -> SpanVocab. A cache_path written with the same tokenizer and settings is
-    loaded instead of counting again."""
+    t-statistics (3.3) -> SpanVocab; a cache_path of the same tokenizer and settings is loaded."""
     settings = dict(tokenizer=tokenizer.fingerprint(), n_bigrams=n_bigrams, n_trigrams=n_trigrams,
                     min_t=min_t)
     if cache_path and os.path.exists(cache_path):
@@ -146,8 +141,7 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
     per layer (Eq. 2-4, masks of Eq. 6 written from the equations, not from masks.multi_flow),
     for ONE example (1-D tensors, no padding) with the model's own pre-LN blocks -> the final
     states of X = [S'; T'], A_W and A_S (empty without a span flow). Slow, for reading and
-    checking: no dropout, no relative bias (ERNIE-GEN uses none). docs/objectives.md
-    ("ERNIE-GEN") writes the three equations out."""
+    checking: no dropout, no relative bias (ERNIE-GEN uses none)."""
     if model.rel_bias is not None:
         raise ValueError("separate_flows: the model has a relative position bias, "
                          "which ERNIE-GEN does not use")

@@ -102,8 +102,7 @@ def check(model, batch, examples=None, max_rows=None, attn_mask=None):
 
 def reachable(mask, n_layers):
     """(B, L, L) -> (B, L, L): which inputs can reach each query through n_layers of attention,
-    the mask's matrix power (with its diagonal: the residual stream). `dependencies` finds these
-    or fewer."""
+    the mask's matrix power (diagonal: the residual stream); `dependencies` finds these or fewer."""
     m = mask | torch.eye(mask.size(-1), dtype=torch.bool, device=mask.device)
     r = m.clone()
     for _ in range(n_layers - 1):

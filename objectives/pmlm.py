@@ -57,9 +57,8 @@ def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
 
 # --- 3.2, Figure 4: the pseudo-masked input -------------------------------------------------------
 def pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, pseudo_id):
-    """The context (tokens after corruption), then for each block of par_blocks (L_PAR's order)
-    its originals and its [P]s at the position and segment of their token (Figure 4) -> Example;
-    L_AE predicts the ae_positions."""
+    """The context (tokens after corruption), then for each block of par_blocks (L_PAR's order) its
+    originals and [P]s at their token's position and segment (Figure 4); L_AE at ae_positions."""
     n = len(tokens)
     out = Example(input_ids=list(context), position_ids=list(range(n)), segment_ids=list(segments),
                   labels=[-100] * n, kind=[CTX] * n, step=[0] * n)
