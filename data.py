@@ -1,16 +1,10 @@
 """Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs
-(seq2seq). docs/data.md describes the embedded corpus, the caches and the sharding.
+(seq2seq). docs/data.md shows the calls and describes the embedded corpus, caches and sharding.
 
 A pre-training example is one passage of a document, a list of sentences of token ids; a seq2seq
 example is (src_ids, tgt_ids); no special tokens are added here. The embedded default corpus is
 the English prose CPython ships (pydoc topics, stdlib docstrings), its seq2seq task a docstring's
-body -> its summary line.
-
-    tok, splits, info = prepare_pretrain()                 # embedded corpus, cached in .cache/
-    tok, splits, info = prepare_pretrain("my_texts/")      # *.txt files, blank line = new document
-    pairs = prepare_seq2seq("data/train.article.txt", tok) # + valid/test siblings if present
-    loader = batch_loader(StepBatches(objective, splits["train"], 32, 1, 0, 1000), workers=2)
-
+body -> its summary line (prepare_pretrain() and prepare_seq2seq(None, tok), cached in .cache/).
 Left out: corpora larger than memory, a trained sentence splitter, any download.
 """
 import ast

@@ -507,8 +507,7 @@ def run(args):
     # blank lines stay blank
     keep = [i for i, t in enumerate(texts) if t.strip()]
     cuda = device.type == "cuda"
-    amp = torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext()
-    with amp:
+    with torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext():
         hyps = generate(model, objective, [tok.encode(texts[i]) for i in keep],
                         beam_size=args.beam, max_len=args.max_len, min_len=args.min_len,
                         length_penalty=args.length_penalty, no_repeat_ngram=args.no_repeat_ngram,

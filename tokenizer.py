@@ -350,8 +350,7 @@ def _train_pieces(counts, n_pieces, min_frequency, criterion, progress=False):
     """Return the same pieces as `_train_pieces_naive`, in the same order, without the recounts:
     a merge revisits only the words holding its pair, and a lazily validated max-heap hands out
     the best pair (docs/tokenizer.md, "The fast trainer")."""
-    alphabet, words = _start(counts, n_pieces, min_frequency)
-    names = list(alphabet)
+    names, words = _start(counts, n_pieces, min_frequency)
     sym_id = {s: i for i, s in enumerate(names)}
     seqs = [[sym_id[w[0]]] + [sym_id[PREFIX + c] for c in w[1:]] for w, _ in words]
     freqs = [n for _, n in words]

@@ -204,8 +204,7 @@ class Objective:
     def heads(self, model):
         """The parameters of the output heads beside the tied LM head (NSP, copy): train.LossModule
         adds them to every loss times zero, so that DDP sees a gradient for every parameter."""
-        return [p for name, p in model.named_parameters()
-                if name.split(".")[0].endswith("_head")]
+        return [p for name, p in model.named_parameters() if name.split(".")[0].endswith("_head")]
 
     # --- examples -> batch ------------------------------------------------------------------------
     def pretrain_example(self, passage, rng):
