@@ -62,8 +62,7 @@ class Decoder:
         self.model = model
         self.objective = objective
         self.seg_src, self.seg_tgt = objective.segments
-        query = objective.query_token
-        self.query = None if query is None else tok.token_to_id(query)
+        self.query = tok.token_to_id(objective.query_token) if objective.query_token else None
         self.sos = tok.sos_id
         device = next(model.parameters()).device
         src = [[tok.sos_id] + list(s) + [tok.eos_id] for s in sources]

@@ -1,10 +1,7 @@
 """The one Transformer backbone every objective runs on: a BERT-sized encoder in nanoGPT style
-(token + absolute position + segment embeddings, pre-LN blocks, a final LayerNorm), heads apart:
-
-    h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
-    logits = model.lm_logits(h)                                 # tied to the embedding, with bias
-    nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
-    logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
+(token + absolute position + segment embeddings, pre-LN blocks, a final LayerNorm): h = model(ids,
+positions, segments, attn_mask), (B, L, d); its heads apart: lm_logits(h), tied to the embedding,
+nsp_logits(h[:, 0]), UniLM's next sentence, copy_head, PALM's pointer-generator (Eq. 2-8).
 
 Position ids are explicit ([P] and [ATTN] reuse their token's); the mask is a `Mask`. Here too:
 `attention()` (naive and sdpa), the relative position bias (UniLMv2 4.1), the readable `KVCache`.

@@ -15,7 +15,6 @@ The run reads top to bottom in numbered phases, which main (at the end) calls in
   7. the loop      batches -> loss -> backward -> step; log, evaluate, checkpoint
   8. the end       a checkpoint, and what to run next
 docs/how-it-fits-together.md follows `--objective pmlm` through these phases to the loss.
-
 Left out: multi-node launching (torchrun's --nnodes), FSDP/tensor parallelism, fp16 loss scaling.
 """
 import functools

@@ -1,10 +1,7 @@
 """Pre-training objectives: each one only builds (tokens, positions, segments, attention mask,
 targets). docs/objectives.md ("The interface") and docs/how-it-fits-together.md ("Contracts")
-describe the interface in full.
-
-    obj = get_objective("pmlm", tokenizer, task="pretrain")     # or unilm, ernie_gen, palm, mass
-    batch = obj.make_batch(examples, random.Random(0))          # -> Batch
-    loss, metrics = obj.loss(model, batch)
+describe the interface in full: obj = get_objective("pmlm", tokenizer, task="pretrain") (or unilm,
+ernie_gen, palm, mass), then obj.make_batch(examples, rng) -> Batch, obj.loss(model, batch).
 
 Every objective has the same shape: pretrain_example(passage, rng) and seq2seq_example(src, tgt,
 rng) give an Example or None (skipped and counted); make_batch pads them through `collate` into a
