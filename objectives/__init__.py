@@ -290,6 +290,11 @@ class Objective:
     def compute_loss(self, model, batch):
         raise NotImplementedError
 
+    def lm_loss_at(self, model, h, batch, *kinds):
+        """lm_loss, with this objective's label smoothing, at the labelled rows of these kinds."""
+        return lm_loss(model, h, batch.labels_at(*kinds), self.label_smoothing,
+                       batch.labelled(*kinds))
+
     def corpus_tokens(self, batch):
         """Tokens of the corpus a batch reads (CTX, ORIG; no query, no padding): fair throughput."""
         read = batch.kind == CTX

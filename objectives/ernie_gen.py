@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from objectives import Example, Objective, lm_loss, option, random_token, warn_once
+from objectives import Example, Objective, option, random_token, warn_once
 from objectives.masks import CTX, ORIG, PSEUDO, SPAN
 from utils import atomic_write
 
@@ -354,14 +354,12 @@ class ErnieGenObjective(Objective):
         # all flows (Eq. 5)
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         # L_word: at the word-flow [ATTN]s
-        loss_w, acc_w = lm_loss(model, h, batch.labels_at(PSEUDO), self.label_smoothing,
-                                batch.labelled(PSEUDO))
+        loss_w, acc_w = self.lm_loss_at(model, h, batch, PSEUDO)
         metrics = {"loss_word": loss_w.detach(), "acc_word": acc_w}
         loss = loss_w
         if self.lam < 1:
             # L_span: at the span-flow [ATTN]s
-            loss_s, acc_s = lm_loss(model, h, batch.labels_at(SPAN), self.label_smoothing,
-                                     batch.labelled(SPAN))
+            loss_s, acc_s = self.lm_loss_at(model, h, batch, SPAN)
             # Eq. 7: lambda L_word + (1 - lambda) L_span
             loss = self.lam * loss_w + (1 - self.lam) * loss_s
             metrics.update(loss_span=loss_s.detach(), acc_span=acc_s)

@@ -15,7 +15,7 @@ import itertools
 
 import torch
 
-from objectives import Objective, cloze, lm_loss, option, warn_once
+from objectives import Objective, cloze, option, warn_once
 from objectives.masks import CTX, ORIG
 
 
@@ -162,8 +162,7 @@ class PalmObjective(Objective):
         if self.task == "pretrain":
             train_mlm = stage == 1 or self.mlm_weight > 0  # else a metric only
             with torch.set_grad_enabled(torch.is_grad_enabled() and train_mlm):
-                loss_mlm, acc_mlm = lm_loss(model, h, batch.labels_at(CTX),
-                                            self.label_smoothing, batch.labelled(CTX))
+                loss_mlm, acc_mlm = self.lm_loss_at(model, h, batch, CTX)
             metrics.update(loss_mlm=loss_mlm.detach(), acc_mlm=acc_mlm)
             if stage == 1:
                 metrics["loss"] = loss_mlm.detach()
@@ -180,8 +179,7 @@ class PalmObjective(Objective):
     def _ar_loss(self, model, h, batch):
         """-log P(y_t | y_<t, x) at the continuation rows: the mixture (Eq. 7), or P^v alone."""
         if not self.copy:
-            loss, acc = lm_loss(model, h, batch.labels_at(ORIG), self.label_smoothing,
-                                batch.labelled(ORIG))
+            loss, acc = self.lm_loss_at(model, h, batch, ORIG)
             return loss, acc, None
         S = batch.extras["source_width"]
         s = h[:, S:]                                                        # (B, T, d)

@@ -15,8 +15,7 @@ cut, the length budgets and the kept-slot rule are ours.
 """
 import math
 
-from objectives import (Example, Objective, corrupt, cut_segments, lm_loss, option, random_token,
-                        warn_once)
+from objectives import Example, Objective, corrupt, cut_segments, option, random_token, warn_once
 from objectives.masks import CTX, ORIG, PSEUDO
 
 
@@ -226,13 +225,9 @@ class PMLMObjective(Objective):
         losses, accs = {}, {}
         if self.task == "pretrain":
             # L_AE (Eq. 3): at the masked context slots
-            losses["loss_ae"], accs["acc_ae"] = lm_loss(
-                model, h, batch.labels_at(CTX, ORIG), self.label_smoothing,
-                batch.labelled(CTX, ORIG))
+            losses["loss_ae"], accs["acc_ae"] = self.lm_loss_at(model, h, batch, CTX, ORIG)
         if self.task == "seq2seq" or self.par:
             # L_PAR (Eq. 6): at the [P]s (none appended without PAR, 4.6)
-            losses["loss_par"], accs["acc_par"] = lm_loss(
-                model, h, batch.labels_at(PSEUDO), self.label_smoothing,
-                batch.labelled(PSEUDO))
+            losses["loss_par"], accs["acc_par"] = self.lm_loss_at(model, h, batch, PSEUDO)
         loss = sum(losses.values())                                                     # Eq. 7
         return loss, {"loss": loss.detach(), **{k: v.detach() for k, v in losses.items()}, **accs}
