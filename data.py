@@ -348,8 +348,7 @@ def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
     if path.exists():
         return WordPiece.from_file(path, lowercase=True), "hit"
     if progress:
-        print(f"training a {vocab_size}-token WordPiece vocabulary on {len(train_docs)} "
-              "documents...")
+        print(f"training a {vocab_size}-token WordPiece on {len(train_docs)} documents...")
     tok = WordPiece.train([d.text for d in train_docs], vocab_size, lowercase=True, min_frequency=2,
                           progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -568,9 +567,8 @@ def batch_loader(dataset, workers=0, pin_memory=False):
     """A DataLoader over StepBatches: `workers` processes build the steps ahead (0: the caller
     builds each when asked); pinned memory for asynchronous copies to a GPU."""
     return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
-                                       pin_memory=pin_memory,
+                                       pin_memory=pin_memory, persistent_workers=workers > 0,
                                        prefetch_factor=4 if workers else None,
-                                       persistent_workers=workers > 0,
                                        worker_init_fn=leave_signals_to_the_trainer)
 
 
@@ -599,5 +597,4 @@ if __name__ == "__main__":
     ap.add_argument("--cache_dir", default=".cache")
     args = ap.parse_args()
     counts = export_seq2seq(args.out, args.cache_dir)
-    print(f"wrote {args.out}/train.jsonl, valid.jsonl, test.jsonl ({counts}) "
-          "and test.src / test.tgt")
+    print(f"wrote {args.out}/train.jsonl, valid.jsonl, test.jsonl ({counts}), test.src, test.tgt")

@@ -298,8 +298,7 @@ def rouge_bootstrap(predictions, references, stem=False, n_samples=1000, seed=0,
     """Percentile-bootstrap CIs {type: {measure: {"mean", "low", "high"}}}: pairs resampled
     n_samples times, low/high the (1 -+ confidence)/2 percentiles of the resampled means."""
     if n_samples < 1 or not 0 < confidence < 1:
-        raise ValueError(f"need n_samples >= 1 and 0 < confidence < 1, "
-                         f"got {n_samples}, {confidence}")
+        raise ValueError(f"need n_samples >= 1, 0 < confidence < 1; got {n_samples}, {confidence}")
     matrix = _score_matrix(predictions, references, stem)  # (N, 12)
     rng = np.random.default_rng(seed)
     n = len(matrix)
@@ -500,10 +499,8 @@ def _cmd_bleu(args):
 def _cmd_distinct(args):
     preds = read_lines(args.pred)
     result = {f"distinct-{n}": distinct_n(preds, n) for n in args.n}
-    if args.json:
-        return print(json.dumps(result, indent=2))
-    for name, value in result.items():
-        print(f"{name} = {value:.4f}")
+    print(json.dumps(result, indent=2) if args.json
+          else "\n".join(f"{name} = {value:.4f}" for name, value in result.items()))
 
 
 def _cmd_perplexity(args):

@@ -10,7 +10,6 @@ every step: the reference the tests hold the cache to. Beam search: GNMT's lengt
 al. 2016, section 7), K finished hypotheses end a source (fairseq), no-repeat n-grams as UniLM's
 decoder. On CUDA the steps and the search run in the fast layer (fast.StaticStep replayed as a
 CUDA graph, fast.beam_search); --no_cuda_graph keeps the readable ones. docs/decoding.md traces it.
-
 Run:  python generate.py --ckpt out/pmlm-seq2seq/ckpt.pt --input test.src --output test.hyp --beam 5
 Left out: sampling (top-k / nucleus), diverse beams, constrained decoding.
 """

@@ -200,10 +200,8 @@ class ErnieGenObjective(Objective):
     segments = (0, 1)
 
     gamma = option(0.25, "share of a passage's tokens that go into the target fragments (3.1: 25%)")
-    rho_p = option(0.05, "pre-training noise: share of target tokens replaced by random ones "
-                         "(4.1: 0.05)")
-    rho_f = option(0.7, "fine-tuning noise rate "
-                        "(Table 1: 0.7 SQuAD QG / CNN-DM, 0.5 Gigaword base)")
+    rho_p = option(0.05, "pre-training noise: share of target tokens made random (4.1: 0.05)")
+    rho_f = option(0.7, "fine-tuning noise rate (Table 1: 0.7 SQuAD QG/CNN-DM, 0.5 Gigaword base)")
     lam_pretrain = option(0.5, "Eq. 7 weight lambda of the word flow in pre-training "
                                "(span flow: 1 - lambda)")
     lam_finetune = option(1.0, "Eq. 7 lambda in fine-tuning (1.0: word flow only)")
@@ -217,9 +215,8 @@ class ErnieGenObjective(Objective):
         # the noising rate rho (3.2) and Eq. 7's lambda of this task
         self.rho = float(self.rho_p if pretrain else self.rho_f)
         self.lam = float(self.lam_pretrain if pretrain else self.lam_finetune)
-        self.spans_table = self.span_vocab
-        if isinstance(self.span_vocab, (str, os.PathLike)):
-            self.spans_table = load_span_vocab(self.span_vocab, self.tok)
+        self.spans_table = (load_span_vocab(self.span_vocab, self.tok)
+                            if isinstance(self.span_vocab, (str, os.PathLike)) else self.span_vocab)
         self.continuation = continuation_ids(self.tok)
         if self.lam < 1 and self.spans_table is None:
             warn_once("ernie_gen: no span vocabulary given (option span_vocab); "

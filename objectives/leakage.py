@@ -1,8 +1,6 @@
 """The leakage checker: proof, by autograd, that no prediction can see what it predicts.
-
-    report = leakage.check(model, batch)          # a batch of any objective, a model in any state
-    assert report.leaks == []                     # empty: proven leak-free on this batch
-    report.gradients(b)                           # (predictions, L): a heatmap of example b
+report = leakage.check(model, batch), for a batch of any objective and a model in any state:
+report.leaks == [] proves it leak-free; report.gradients(b), (predictions, L), is b's heatmap.
 
 A prediction's gradient with respect to an input embedding is exactly 0.0 (masked scores are -inf)
 if and only if no path of attention carries that input to it: explicit and implicit leakage

@@ -63,11 +63,9 @@ class PalmObjective(Objective):
 
     context_frac = option(0.8, "share of a passage's tokens in the context; "
                                "the rest is the continuation (3.1)")
-    boundary_slack = option(0.1, "move the cut to a sentence boundary "
-                                 "within this share of the passage")
+    boundary_slack = option(0.1, "cut at a sentence boundary within this share of the passage")
     mask_prob = option(0.15, "share of context tokens masked for the MLM (2.1: BERT's 15%)")
-    stage1_frac = option(0.1, "share of the training steps in stage 1 (MLM only) "
-                              "before stage 2 (2.1)")
+    stage1_frac = option(0.1, "share of training steps in stage 1 (MLM only) before stage 2 (2.1)")
     mlm_weight = option(0.0, "weight of the MLM loss in stage 2 "
                              "(0: the paper's stage 2 trains the decoder only)")
     copy = option(True, "use the pointer-generator's copy distribution (2.3); "
