@@ -68,8 +68,7 @@ class PalmObjective(Objective):
     stage1_frac = option(0.1, "share of training steps in stage 1 (MLM only) before stage 2 (2.1)")
     mlm_weight = option(0.0, "weight of the MLM loss in stage 2 "
                              "(0: the paper's stage 2 trains the decoder only)")
-    copy = option(True, "use the pointer-generator's copy distribution (2.3); "
-                        "false = Table 6's ablation")
+    copy = option(True, "copy with the pointer-generator (2.3); false = Table 6's ablation")
     copy_chunk = option(0, "compute the copy attention k continuation steps at a time "
                            "(less memory); 0 = at once")
 

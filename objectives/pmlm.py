@@ -83,14 +83,12 @@ class PMLMObjective(Objective):
     model_defaults = dict(rel_pos_buckets=32, rel_pos_max_distance=128)    # 4.1: T5's relative bias
     pretrain_reads_context_only = True      # the appended originals copy masked slots
 
-    mask_prob = option(0.15, "stop blockwise masking once this share of the text is masked "
-                             "(Algorithm 1: 15%)")
+    mask_prob = option(0.15, "share of the text that blockwise masking masks (Algorithm 1: 15%)")
     block_prob = option(0.4, "probability that a block is 2..max_block tokens long, else one token "
                              "(Alg. 1: 0.4)")
     max_block = option(6, "longest block in tokens (Algorithm 1: 6)")
     mask_token_prob = option(0.8, "a masked slot becomes [M] with this probability (4.1: 80%)")
-    random_token_prob = option(0.1, "... a random token with this one (4.1: 10%); "
-                                    "it stays itself otherwise")
+    random_token_prob = option(0.1, "... a random token with this one (4.1: 10%), else itself")
     max_seq_len = option(0, "bound on the whole sequence with the appended tokens; 0 = no bound")
     target_noise_prob = option(0.5, "fine-tuning: share of visible target tokens noised 80/10/10 "
                                     "(official s2s-ft)")

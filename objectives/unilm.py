@@ -53,8 +53,7 @@ class UniLMObjective(Objective):
     tags = ("lm_type",)           # the LM drawn for the batch (LM_TYPES), no measurement
 
     mask_prob = option(0.15, "share of the text tokens predicted by the cloze task (2.4: 15%)")
-    span_prob = option(0.2, "probability that a cloze pick is a bigram or trigram instead of one "
-                            "token (2.4)")
+    span_prob = option(0.2, "chance that a cloze pick is a bigram or trigram, not one token (2.4)")
     max_span = option(3, "longest cloze span in tokens (2.4: trigram)")
     max_pred = option(0, "cap on predictions per sequence (the official --max_pred); 0 = no cap")
     nsp = option(True, "add the next-sentence prediction loss to bidirectional batches (2.3)")
@@ -65,8 +64,7 @@ class UniLMObjective(Objective):
     weight_seq2seq = option(2.0, "relative frequency of the seq2seq LM (2.4: 1/3)")
     weight_left_to_right = option(1.0, "relative frequency of the left-to-right LM (2.4: 1/6)")
     weight_right_to_left = option(1.0, "relative frequency of the right-to-left LM (2.4: 1/6)")
-    target_mask_prob = option(0.7, "fine-tuning: share of target tokens masked and predicted "
-                                   "(2.5: 70%)")
+    target_mask_prob = option(0.7, "fine-tuning: share of target tokens masked (2.5: 70%)")
 
     def check_options(self):
         if self.lm_type not in ("mix",) + LM_TYPES:
