@@ -1,8 +1,7 @@
-"""train.py's command line: the table of training flags (TrainConfig), how `--key value` flags
-are read and checked, how the settings no flag gave are filled in (the preset's recipe, a resumed
-run's own, a checkpoint's model shape and vocabulary), `--help`, and the commands a run prints at
-its end. train.main calls them in order: parse_args, check_settings, start_point, model_settings,
-resolve_defaults, starting_tokenizer.
+"""train.py's command line (train.main calls it phase by phase): the table of training flags
+(TrainConfig), how `--key value` flags are read and checked, how the settings no flag gave are
+filled in (the preset's recipe, a resumed run's own, a checkpoint's model shape and vocabulary),
+`--help`, and the commands a run prints at its end.
 
 One mechanism for every setting (nanoGPT's): a `--key value` flag for each field of TrainConfig,
 of model.ModelConfig and of the chosen objective's options (objectives/__init__.py's `option`).
@@ -18,7 +17,7 @@ import model as M
 from model import setting
 from objectives import OBJECTIVES, objective_class
 from tokenizer import WordPiece
-from utils import UsageError, read_checkpoint
+from utils import UsageError, check_at_least, read_checkpoint
 
 
 @dataclass
@@ -150,14 +149,9 @@ def parse_args(argv):
 
 def check_settings(cfg):
     """Every value in range, before anything is read or written: one clear error, never a crash."""
-    at_least_one = ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
-                    "ckpt_interval")
-    for key in at_least_one:
-        if getattr(cfg, key) < 1:
-            raise UsageError(f"--{key} must be >= 1, got {getattr(cfg, key)}")
-    for key in ("stop_at", "eval_batches", "seq_len", "time_limit", "grad_clip", "weight_decay"):
-        if getattr(cfg, key) < 0:
-            raise UsageError(f"--{key} must be >= 0, got {getattr(cfg, key)}")
+    check_at_least(cfg, batch_size=1, grad_accum=1, max_steps=1, log_interval=1, eval_interval=1,
+                   ckpt_interval=1, stop_at=0, eval_batches=0, seq_len=0, time_limit=0,
+                   grad_clip=0, weight_decay=0)
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise UsageError(f"--lr must be a positive number, got {cfg.lr}")
     if cfg.warmup_steps < -1 or not 0 <= cfg.min_lr_frac <= 1 or not 0 <= cfg.beta2 < 1:
@@ -287,9 +281,7 @@ def starting_tokenizer(cfg, ckpt):
             return WordPiece.from_file(cfg.vocab)
         except (OSError, ValueError) as e:
             raise UsageError(f"--vocab: {e}") from None
-    if ckpt is not None:
-        return WordPiece(ckpt["vocab"], ckpt.get("lowercase", True))
-    return None
+    return None if ckpt is None else WordPiece(ckpt["vocab"], ckpt.get("lowercase", True))
 
 
 def check_compatible(ckpt, model_cfg, tok, path):

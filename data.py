@@ -1,16 +1,10 @@
 """Corpora and batches: documents -> sentences -> passages (pre-training) and (src, tgt) pairs
-(seq2seq). docs/data.md describes the embedded corpus, the caches and the sharding.
+(seq2seq). docs/data.md shows the calls and describes the embedded corpus, caches and sharding.
 
 A pre-training example is one passage of a document, a list of sentences of token ids; a seq2seq
 example is (src_ids, tgt_ids); no special tokens are added here. The embedded default corpus is
 the English prose CPython ships (pydoc topics, stdlib docstrings), its seq2seq task a docstring's
-body -> its summary line.
-
-    tok, splits, info = prepare_pretrain()                 # embedded corpus, cached in .cache/
-    tok, splits, info = prepare_pretrain("my_texts/")      # *.txt files, blank line = new document
-    pairs = prepare_seq2seq("data/train.article.txt", tok) # + valid/test siblings if present
-    loader = batch_loader(StepBatches(objective, splits["train"], 32, 1, 0, 1000), workers=2)
-
+body -> its summary line (prepare_pretrain() and prepare_seq2seq(None, tok), cached in .cache/).
 Left out: corpora larger than memory, a trained sentence splitter, any download.
 """
 import ast
@@ -134,9 +128,7 @@ def _summary_pair(doc: str, max_src_words=256):
     looks_like_signature = "->" in summary or re.match(r"[\w.]+\(", summary)  # "S.find(sub) -> int"
     if not 3 <= len(summary.split()) <= 40 or summary.endswith(":") or looks_like_signature:
         return None
-    if len(body) < 8:
-        return None
-    return " ".join(body[:max_src_words]), summary
+    return None if len(body) < 8 else (" ".join(body[:max_src_words]), summary)
 
 
 def default_seq2seq(cache_dir=".cache") -> dict[str, list[tuple[str, str]]]:
@@ -356,8 +348,7 @@ def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
     if path.exists():
         return WordPiece.from_file(path, lowercase=True), "hit"
     if progress:
-        print(f"training a {vocab_size}-token WordPiece vocabulary on {len(train_docs)} "
-              "documents...")
+        print(f"training a {vocab_size}-token WordPiece on {len(train_docs)} documents...")
     tok = WordPiece.train([d.text for d in train_docs], vocab_size, lowercase=True, min_frequency=2,
                           progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -438,10 +429,8 @@ def prepare_seq2seq(data=None, tokenizer=None, cache_dir=".cache", progress=True
     data=None: the embedded task, a path: read_seq2seq(path) and its siblings (_sibling_splits)."""
     if tokenizer is None:
         raise TypeError("prepare_seq2seq needs the tokenizer the model was pre-trained with")
-    if data is None:
-        texts = default_seq2seq(cache_dir)
-    else:
-        texts = {split: read_seq2seq(p) for split, p in _sibling_splits(data).items()}
+    texts = (default_seq2seq(cache_dir) if data is None
+             else {split: read_seq2seq(p) for split, p in _sibling_splits(data).items()})
     texts = {split: texts.get(split, []) for split in ("train", "valid", "test")}
     tok_key = _sha1(tokenizer.fingerprint(), _code_key(type(tokenizer)))
     key = _sha1(_VERSION, tok_key,
@@ -533,8 +522,7 @@ class StepBatches(torch.utils.data.IterableDataset):
         self.rank = rank
         self.world = world
         self.start = start
-        # None: one passage a row; else the speed layer's packing plan, Batch -> Batch
-        # (train.py --pack: fast.plan_packing)
+        # None: one passage a row; else the packing plan, Batch -> Batch (--pack: fast.plan_packing)
         self.pack = pack
         if num_batches(len(examples), batch_size, world) == 0:
             raise UsageError(f"{len(examples)} training examples are too few for --batch_size "
@@ -579,9 +567,8 @@ def batch_loader(dataset, workers=0, pin_memory=False):
     """A DataLoader over StepBatches: `workers` processes build the steps ahead (0: the caller
     builds each when asked); pinned memory for asynchronous copies to a GPU."""
     return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
-                                       pin_memory=pin_memory,
+                                       pin_memory=pin_memory, persistent_workers=workers > 0,
                                        prefetch_factor=4 if workers else None,
-                                       persistent_workers=workers > 0,
                                        worker_init_fn=leave_signals_to_the_trainer)
 
 
@@ -610,5 +597,4 @@ if __name__ == "__main__":
     ap.add_argument("--cache_dir", default=".cache")
     args = ap.parse_args()
     counts = export_seq2seq(args.out, args.cache_dir)
-    print(f"wrote {args.out}/train.jsonl, valid.jsonl, test.jsonl ({counts}) "
-          "and test.src / test.tgt")
+    print(f"wrote {args.out}/train.jsonl, valid.jsonl, test.jsonl ({counts}), test.src, test.tgt")

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from utils import UsageError, exit_with_error, pick_device, read_lines
+from utils import UsageError, check_at_least, exit_with_error, pick_device, read_lines
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -257,10 +257,8 @@ def rouge_scores(prediction, reference, stem=False):
     """ROUGE-1/2/L/Lsum of one pair: {type: {"precision", "recall", "fmeasure"}}, each in [0, 1]."""
     pred = rouge_tokenize(prediction, stem)
     ref = rouge_tokenize(reference, stem)
-
-    def sentences(text):  # Lsum's sentences are the non-empty lines of a text
-        return [rouge_tokenize(s, stem) for s in text.split("\n") if s]
-
+    # Lsum's sentences are the non-empty lines of a text
+    sentences = lambda text: [rouge_tokenize(s, stem) for s in text.split("\n") if s]
     return {"rouge1": _rouge_n(ref, pred, 1), "rouge2": _rouge_n(ref, pred, 2),
             "rougeL": _rouge_l(ref, pred),
             "rougeLsum": _rouge_lsum(sentences(reference), sentences(prediction))}
@@ -300,8 +298,7 @@ def rouge_bootstrap(predictions, references, stem=False, n_samples=1000, seed=0,
     """Percentile-bootstrap CIs {type: {measure: {"mean", "low", "high"}}}: pairs resampled
     n_samples times, low/high the (1 -+ confidence)/2 percentiles of the resampled means."""
     if n_samples < 1 or not 0 < confidence < 1:
-        raise ValueError(f"need n_samples >= 1 and 0 < confidence < 1, "
-                         f"got {n_samples}, {confidence}")
+        raise ValueError(f"need n_samples >= 1, 0 < confidence < 1; got {n_samples}, {confidence}")
     matrix = _score_matrix(predictions, references, stem)  # (N, 12)
     rng = np.random.default_rng(seed)
     n = len(matrix)
@@ -463,20 +460,17 @@ def _read_pairs(pred_path, ref_path, what="prediction"):
 
 def _report_rouge(args, preds, refs):
     """ROUGE of the pairs (with bootstrap intervals if asked), printed as JSON or as a table."""
-    if args.bootstrap:
-        result = rouge_bootstrap(preds, refs, args.stem, n_samples=args.bootstrap)
-    else:
-        result = rouge(preds, refs, args.stem)
+    result = (rouge_bootstrap(preds, refs, args.stem, n_samples=args.bootstrap) if args.bootstrap
+              else rouge(preds, refs, args.stem))
     if args.json:
         return print(json.dumps(result, indent=2))
     print(f"{'':10}{'P':>7}{'R':>7}{'F':>7}   ({len(preds)} pairs, x100, stem={args.stem})")
     measures = ("precision", "recall", "fmeasure")
     for name, s in result.items():
         p, r, f = (s[k]["mean"] if args.bootstrap else s[k] for k in measures)
-        ci = ""
-        if args.bootstrap:
-            interval = s["fmeasure"]
-            ci = f"   95% CI of F: [{100 * interval['low']:.2f}, {100 * interval['high']:.2f}]"
+        f_ci = s["fmeasure"]
+        ci = (f"   95% CI of F: [{100 * f_ci['low']:.2f}, {100 * f_ci['high']:.2f}]"
+              if args.bootstrap else "")
         print(f"{name:10}{100 * p:7.2f}{100 * r:7.2f}{100 * f:7.2f}{ci}")
 
 
@@ -505,10 +499,8 @@ def _cmd_bleu(args):
 def _cmd_distinct(args):
     preds = read_lines(args.pred)
     result = {f"distinct-{n}": distinct_n(preds, n) for n in args.n}
-    if args.json:
-        return print(json.dumps(result, indent=2))
-    for name, value in result.items():
-        print(f"{name} = {value:.4f}")
+    print(json.dumps(result, indent=2) if args.json
+          else "\n".join(f"{name} = {value:.4f}" for name, value in result.items()))
 
 
 def _cmd_perplexity(args):
@@ -516,76 +508,63 @@ def _cmd_perplexity(args):
     import data
     from generate import load_checkpoint
     device = pick_device(args.device)
-    try:
-        examples = data.read_seq2seq(args.data)
-    except data.DataError as e:             # data.py's own error class: the user's file is at fault
-        raise UsageError(str(e)) from None
+    # a DataError (the user's file is at fault) is a UsageError: one line, exit 2
+    examples = data.read_seq2seq(args.data)
     # read as data (utils.read_checkpoint): a checkpoint that holds Python objects is refused
     model, tok, objective = load_checkpoint(args.ckpt, device)
     pairs = [(tok.encode(s), tok.encode(t)) for s, t in examples]
     with torch.no_grad():
         value = perplexity(model, objective, pairs, args.batch_size)
-    if args.json:
-        print(json.dumps({"perplexity": value, "pairs": len(pairs)}))
-    else:
-        print(f"perplexity {value:.3f} over {len(pairs)} pairs")
+    print(json.dumps({"perplexity": value, "pairs": len(pairs)}) if args.json
+          else f"perplexity {value:.3f} over {len(pairs)} pairs")
 
 
 def _check_args(args):
     """The numbers argparse cannot check by type; a mistake is a UsageError (one line, exit 2)."""
     if getattr(args, "n", None) and min(args.n) < 1:
         raise UsageError(f"--n must be >= 1, got {min(args.n)}")
-    if getattr(args, "bootstrap", 0) < 0:
-        raise UsageError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    if getattr(args, "words", 1) < 1:
-        raise UsageError(f"--words must be >= 1, got {args.words}")
-    if getattr(args, "batch_size", 1) < 1:
-        raise UsageError(f"--batch_size must be >= 1, got {args.batch_size}")
+    check_at_least(args, bootstrap=0, words=1, batch_size=1)
 
 
-def _add_rouge_options(sub):
-    """The flags `rouge` and `lead` share: both print through _report_rouge."""
-    sub.add_argument("--ref", required=True, help="references, one per line")
-    sub.add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
-    sub.add_argument("--bootstrap", type=int, default=0, metavar="N",
-                     help="add 95%% confidence intervals from N bootstrap resamples")
+def _command(commands, name, run, help, flag, flag_help):
+    """A subcommand that runs `run`: its first flag (what it reads) and --json."""
+    sub = commands.add_parser(name, help=help)
+    sub.set_defaults(run=run)
+    sub.add_argument(flag, required=True, help=flag_help)
     sub.add_argument("--json", action="store_true", help="print the result as JSON")
+    return sub
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     predictions = "predictions, one per line"
-    sub = commands.add_parser("rouge", help="ROUGE-1/2/L/Lsum (rouge-score 0.1.2 numbers)")
-    sub.add_argument("--pred", required=True, help=predictions)
-    _add_rouge_options(sub)
-    sub.set_defaults(run=_cmd_rouge)
-    sub = commands.add_parser("lead", help="ROUGE of the lead baseline: the first N source words")
-    sub.add_argument("--src", required=True, help="sources, one per line")
-    sub.add_argument("--words", type=int, default=12, metavar="N", help="words kept (12)")
-    _add_rouge_options(sub)
-    sub.set_defaults(run=_cmd_lead)
-    sub = commands.add_parser("bleu", help="corpus BLEU-4 (sacrebleu defaults)")
-    sub.add_argument("--pred", required=True, help=predictions)
+    rouge_cmd = _command(commands, "rouge", _cmd_rouge,
+                         "ROUGE-1/2/L/Lsum (rouge-score 0.1.2 numbers)", "--pred", predictions)
+    lead_cmd = _command(commands, "lead", _cmd_lead,
+                        "ROUGE of the lead baseline: the first N source words", "--src",
+                        "sources, one per line")
+    lead_cmd.add_argument("--words", type=int, default=12, metavar="N", help="words kept (12)")
+    # the flags `rouge` and `lead` share: both print through _report_rouge
+    for sub in (rouge_cmd, lead_cmd):
+        sub.add_argument("--ref", required=True, help="references, one per line")
+        sub.add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
+        sub.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                         help="add 95%% confidence intervals from N bootstrap resamples")
+    sub = _command(commands, "bleu", _cmd_bleu, "corpus BLEU-4 (sacrebleu defaults)", "--pred",
+                   predictions)
     sub.add_argument("--ref", required=True, nargs="+", help="one or more reference files")
     sub.add_argument("--tokenize", choices=("13a", "none"), default="13a")
-    sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.set_defaults(run=_cmd_bleu)
-    sub = commands.add_parser("distinct", help="distinct-n over all predictions")
-    sub.add_argument("--pred", required=True, help=predictions)
+    sub = _command(commands, "distinct", _cmd_distinct, "distinct-n over all predictions", "--pred",
+                   predictions)
     sub.add_argument("--n", type=int, nargs="+", default=[1, 2])
-    sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.set_defaults(run=_cmd_distinct)
-    sub = commands.add_parser("perplexity",
-                              help="per-token perplexity of a checkpoint on a seq2seq file")
-    sub.add_argument("--ckpt", required=True,
-                     help="a train.py checkpoint (fine-tuned with --task seq2seq)")
+    sub = _command(commands, "perplexity", _cmd_perplexity,
+                   "per-token perplexity of a checkpoint on a seq2seq file", "--ckpt",
+                   "a train.py checkpoint (fine-tuned with --task seq2seq)")
     sub.add_argument("--data", required=True,
                      help="jsonl {src, tgt} or parallel files (data.read_seq2seq)")
     sub.add_argument("--batch_size", type=int, default=32)
     sub.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.set_defaults(run=_cmd_perplexity)
     args = parser.parse_args(argv)
     try:
         _check_args(args)

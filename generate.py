@@ -10,7 +10,6 @@ every step: the reference the tests hold the cache to. Beam search: GNMT's lengt
 al. 2016, section 7), K finished hypotheses end a source (fairseq), no-repeat n-grams as UniLM's
 decoder. On CUDA the steps and the search run in the fast layer (fast.StaticStep replayed as a
 CUDA graph, fast.beam_search); --no_cuda_graph keeps the readable ones. docs/decoding.md traces it.
-
 Run:  python generate.py --ckpt out/pmlm-seq2seq/ckpt.pt --input test.src --output test.hyp --beam 5
 Left out: sampling (top-k / nucleus), diverse beams, constrained decoding.
 """
@@ -32,8 +31,8 @@ import model as M
 from objectives import get_objective, masks, pad
 from objectives.masks import CTX, ORIG, PAD, PSEUDO
 from tokenizer import WordPiece
-from utils import (DataError, UsageError, atomic_write, exit_with_error, pick_device,
-                   read_checkpoint, read_lines)
+from utils import (DataError, UsageError, atomic_write, check_at_least, exit_with_error,
+                   pick_device, read_checkpoint, read_lines)
 
 NEG_INF = float("-inf")
 
@@ -62,8 +61,7 @@ class Decoder:
         self.model = model
         self.objective = objective
         self.seg_src, self.seg_tgt = objective.segments
-        query = objective.query_token
-        self.query = None if query is None else tok.token_to_id(query)
+        self.query = tok.token_to_id(objective.query_token) if objective.query_token else None
         self.sos = tok.sos_id
         device = next(model.parameters()).device
         src = [[tok.sos_id] + list(s) + [tok.eos_id] for s in sources]
@@ -349,10 +347,8 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
         chunk = order[start:start + batch_size]
         dec = Decoder(model, objective, [list(sources[i])[:limit] for i in chunk], max_len,
                       use_cache, cuda_graph)
-        if beam_size == 1:
-            out = search_greedy(dec, max_len, length_penalty, rules)
-        else:
-            out = search_beam(dec, beam_size, max_len, length_penalty, rules)
+        out = (search_greedy(dec, max_len, length_penalty, rules) if beam_size == 1
+               else search_beam(dec, beam_size, max_len, length_penalty, rules))
         for i, hyps in zip(chunk, out):
             results[i] = hyps[:n_best]
         bar.update(len(chunk))
@@ -448,10 +444,8 @@ def check_output(path):
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"--output {path}: is a directory")
-    folder = path.parent
     # the nearest folder that exists must be a folder we may write into
-    while not folder.exists():
-        folder = folder.parent
+    folder = next(p for p in path.parents if p.exists())
     if not folder.is_dir():
         raise UsageError(f"--output {path}: cannot make its folder ({folder} is a file)")
     if not os.access(folder, os.W_OK):
@@ -460,9 +454,7 @@ def check_output(path):
 
 def check_args(args):
     """Every flag, before anything slow runs; a mistake is a UsageError (one line, exit 2)."""
-    for key, low in (("beam", 1), ("max_len", 1), ("batch_size", 1), ("no_repeat_ngram", 0)):
-        if getattr(args, key) < low:
-            raise UsageError(f"--{key} must be >= {low}, got {getattr(args, key)}")
+    check_at_least(args, beam=1, max_len=1, batch_size=1, no_repeat_ngram=0)
     if not 0 <= args.min_len <= args.max_len:
         raise UsageError(f"--min_len must be between 0 and --max_len ({args.max_len}), "
                          f"got {args.min_len}")
@@ -513,8 +505,7 @@ def run(args):
     # blank lines stay blank
     keep = [i for i, t in enumerate(texts) if t.strip()]
     cuda = device.type == "cuda"
-    amp = torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext()
-    with amp:
+    with torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext():
         hyps = generate(model, objective, [tok.encode(texts[i]) for i in keep],
                         beam_size=args.beam, max_len=args.max_len, min_len=args.min_len,
                         length_penalty=args.length_penalty, no_repeat_ngram=args.no_repeat_ngram,

@@ -1,10 +1,7 @@
 """The one Transformer backbone every objective runs on: a BERT-sized encoder in nanoGPT style
-(token + absolute position + segment embeddings, pre-LN blocks, a final LayerNorm), heads apart:
-
-    h = model(input_ids, position_ids, segment_ids, attn_mask)  # (B, L, d)
-    logits = model.lm_logits(h)                                 # tied to the embedding, with bias
-    nsp = model.nsp_logits(h[:, 0])                             # UniLM's next-sentence head
-    logp, lam, alpha = model.copy_head(...)                     # PALM's pointer-generator (Eq. 2-8)
+(token + absolute position + segment embeddings, pre-LN blocks, a final LayerNorm): h = model(ids,
+positions, segments, attn_mask), (B, L, d); its heads apart: lm_logits(h), tied to the embedding,
+nsp_logits(h[:, 0]), UniLM's next sentence, copy_head, PALM's pointer-generator (Eq. 2-8).
 
 Position ids are explicit ([P] and [ATTN] reuse their token's); the mask is a `Mask`. Here too:
 `attention()` (naive and sdpa), the relative position bias (UniLMv2 4.1), the readable `KVCache`.
@@ -114,8 +111,7 @@ def relative_position_bucket(relative_position, num_buckets=32, max_distance=128
     max_exact = half // 2
     # log-spaced buckets between max_exact and max_distance
     log_ratio = torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
-    large = max_exact + (log_ratio * (half - max_exact)).long()
-    large = large.clamp(max=half - 1)
+    large = (max_exact + (log_ratio * (half - max_exact)).long()).clamp(max=half - 1)
     return bucket + torch.where(n < max_exact, n, large)
 
 
@@ -179,9 +175,7 @@ class KVCache:
     def key_positions(self, position_ids):
         """position_ids (B, L) of the new tokens -> (B, Lc + L) of every key (once per forward)."""
         self.pending_pos = position_ids
-        if not len(self):
-            return position_ids
-        return torch.cat([self.pos, position_ids], dim=1)
+        return torch.cat([self.pos, position_ids], dim=1) if len(self) else position_ids
 
     def layer(self, i, k_new, v_new):
         """Keys/values layer i attends to: cached ones followed by the new ones."""
@@ -226,8 +220,7 @@ class SelfAttention(nn.Module):
         p = self.cfg.dropout if self.training else 0.0
         impl = self.cfg.attn_impl
         # a dense mask (decoding with a cache): the SDPA path
-        if impl == "flex" and torch.is_tensor(mask):
-            impl = "sdpa"
+        impl = "sdpa" if impl == "flex" and torch.is_tensor(mask) else impl
         y = attention(q, k, v, mask, bias, impl, p)                    # (B, H, L, D)
         y = y.transpose(1, 2).reshape(B, L, C)
         return F.dropout(self.proj(y), p, self.training)

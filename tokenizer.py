@@ -211,9 +211,8 @@ class WordPiece:
     @classmethod
     def train(cls, texts, vocab_size, lowercase=True, min_frequency=2, criterion="likelihood",
               progress=True, method="incremental"):
-        """Learn a vocabulary of `vocab_size` tokens (specials included) from an iterable of
-        strings; words seen fewer than `min_frequency` times are left out. method: "naive" or
-        "incremental" (the same vocabulary, fast)."""
+        """Learn `vocab_size` tokens (specials included) from an iterable of strings, words seen
+        < `min_frequency` times left out; method "naive" or "incremental" (the same, fast)."""
         trainers = {"naive": _train_pieces_naive, "incremental": _train_pieces}
         if criterion not in ("likelihood", "ratio"):
             raise ValueError(f"criterion={criterion!r}; choose 'likelihood' or 'ratio'")
@@ -351,8 +350,7 @@ def _train_pieces(counts, n_pieces, min_frequency, criterion, progress=False):
     """Return the same pieces as `_train_pieces_naive`, in the same order, without the recounts:
     a merge revisits only the words holding its pair, and a lazily validated max-heap hands out
     the best pair (docs/tokenizer.md, "The fast trainer")."""
-    alphabet, words = _start(counts, n_pieces, min_frequency)
-    names = list(alphabet)
+    names, words = _start(counts, n_pieces, min_frequency)
     sym_id = {s: i for i, s in enumerate(names)}
     seqs = [[sym_id[w[0]]] + [sym_id[PREFIX + c] for c in w[1:]] for w, _ in words]
     freqs = [n for _, n in words]

@@ -15,7 +15,6 @@ The run reads top to bottom in numbered phases, which main (at the end) calls in
   7. the loop      batches -> loss -> backward -> step; log, evaluate, checkpoint
   8. the end       a checkpoint, and what to run next
 docs/how-it-fits-together.md follows `--objective pmlm` through these phases to the loss.
-
 Left out: multi-node launching (torchrun's --nnodes), FSDP/tensor parallelism, fp16 loss scaling.
 """
 import functools
@@ -95,9 +94,8 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
 
 
 def use_fast_layer(model, objective, cfg, device):
-    """The one place train.py reaches for GPU speed (fast/): on CUDA (or with --compile true)
-    the Transformer blocks compiled, and the GPU versions of the relative bias and the copy
-    scores. On a CPU the readable path runs as it is."""
+    """The one place train.py reaches for GPU speed (fast/): on CUDA (or --compile true) compiled
+    blocks, the GPU relative bias and copy scores. On a CPU the readable path runs as it is."""
     if model.config.attn_impl == "flex" and device.type != "cuda":
         raise UsageError("--attn_impl flex trains on CUDA only "
                          "(FlexAttention has no backward on a CPU)")
@@ -118,9 +116,8 @@ def switched_on(setting, device):
 
 def packing(cfg, model, device):
     """--pack: None (one passage a row, the readable layout) or what data.StepBatches does to every
-    training batch: several passages a row, all rows of one width where the blocks are compiled
-    (fast.SteadyPacking: one shape but the count of rows), else the cheapest width per batch,
-    priced by what a wider row costs the attention (fast.plan_packing)."""
+    training batch: several passages a row, one width where the blocks are compiled
+    (fast.SteadyPacking), else the width the attention finds cheapest (fast.plan_packing)."""
     if not switched_on(cfg.pack, device):
         return None
     if switched_on(cfg.compile, device):
@@ -342,10 +339,8 @@ def evaluate_step(run, autocast):
         run.bar.write(f"step {run.step}: valid "
                       + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))
         example = fills_example(run.splits["valid"], run.tok)
-        if run.cfg.task == "seq2seq":
-            run.bar.write(show_summary(run.model, run.objective, example))
-        else:
-            run.bar.write(run.objective.show_fills(run.model, example, run.dist.device, autocast))
+        run.bar.write(show_summary(run.model, run.objective, example) if run.cfg.task == "seq2seq"
+                      else run.objective.show_fills(run.model, example, run.dist.device, autocast))
     # evaluation time is not training throughput
     run.t_last = time.time()
 
@@ -402,17 +397,13 @@ def finish(run):
         check_replicas_agree(run.model, run.dist)
     if not run.dist.master:
         return
-    skipped = Counter()
-    for counts in run.skipped.values():
-        skipped.update(counts)
+    skipped = sum(map(Counter, run.skipped.values()), Counter())
     if skipped:
         print(f"examples the objective skipped, by reason: {dict(skipped)}")
     print(f"{run.stop or 'done'}: {run.step} of {run.cfg.max_steps} steps; "
           f"checkpoint {run.ckpt_path}; metrics {run.out_dir / 'metrics.jsonl'}")
-    if run.step < run.cfg.max_steps:
-        print(f"continue with: {resume_command(run.cfg, run.dist.world)}")
-    else:
-        print(f"next: {next_command(run.cfg)}")
+    print(f"continue with: {resume_command(run.cfg, run.dist.world)}"
+          if run.step < run.cfg.max_steps else f"next: {next_command(run.cfg)}")
 
 
 # --- The run, phase by phase ----------------------------------------------------------------------

@@ -27,6 +27,13 @@ def exit_with_error(prog, error):
     raise SystemExit(2)
 
 
+def check_at_least(settings, **lows):
+    """A UsageError for the first setting below its least value; one `settings` lacks is skipped."""
+    for key, low in lows.items():
+        if getattr(settings, key, low) < low:
+            raise UsageError(f"--{key} must be >= {low}, got {getattr(settings, key)}")
+
+
 # --- Files ----------------------------------------------------------------------------------------
 def read_text(path):
     """A file's UTF-8 text (BOM dropped); clear errors for a missing path, a folder, not UTF-8."""
@@ -158,8 +165,6 @@ def check_replicas_agree(model, dist_):
 
 # --- Checkpoints: data, never programs ------------------------------------------------------------
 CHECKPOINT_KEYS = ("model", "model_config", "vocab", "objective")
-NOT_A_CHECKPOINT = ("not a unigen checkpoint (torch.load cannot read it: another format, or a "
-                    "truncated file)")
 
 
 def save_checkpoint(path, state):
@@ -183,16 +188,15 @@ def read_checkpoint(path, device="cpu"):
             # a foreign pickle's protocol is worth no warning: the file is refused below
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location=device, weights_only=True)
-    except pickle.UnpicklingError as e:
+    except Exception as e:
         # torch names what it refused to build ("Unsupported global: GLOBAL os.system")
-        if "GLOBAL" in str(e):
+        if isinstance(e, pickle.UnpicklingError) and "GLOBAL" in str(e):
             raise UsageError(f"{path}: refused: the file holds Python objects, not only tensors "
                              "and plain values (unigen loads checkpoints as data and never runs "
                              "code from them)") from None
-        raise UsageError(f"{path}: {NOT_A_CHECKPOINT}") from None
-    # truncated, not a torch file, ...: torch's own words would advise weights_only=False
-    except Exception:
-        raise UsageError(f"{path}: {NOT_A_CHECKPOINT}") from None
+        # truncated, not a torch file, ...: torch's own words would advise weights_only=False
+        raise UsageError(f"{path}: not a unigen checkpoint (torch.load cannot read it: another "
+                         "format, or a truncated file)") from None
     missing = [k for k in CHECKPOINT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise UsageError(f"{path}: not a unigen checkpoint (missing keys {missing})")

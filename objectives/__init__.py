@@ -1,10 +1,7 @@
 """Pre-training objectives: each one only builds (tokens, positions, segments, attention mask,
 targets). docs/objectives.md ("The interface") and docs/how-it-fits-together.md ("Contracts")
-describe the interface in full.
-
-    obj = get_objective("pmlm", tokenizer, task="pretrain")     # or unilm, ernie_gen, palm, mass
-    batch = obj.make_batch(examples, random.Random(0))          # -> Batch
-    loss, metrics = obj.loss(model, batch)
+describe the interface in full: obj = get_objective("pmlm", tokenizer, task="pretrain") (or unilm,
+ernie_gen, palm, mass), then obj.make_batch(examples, rng) -> Batch, obj.loss(model, batch).
 
 Every objective has the same shape: pretrain_example(passage, rng) and seq2seq_example(src, tgt,
 rng) give an Example or None (skipped and counted); make_batch pads them through `collate` into a
@@ -114,10 +111,7 @@ def pad(seqs, value, length=None):
 
 def leading_context(example):
     """How many tokens at the start of an example are context (CTX): its source part."""
-    n = 0
-    while n < len(example) and example.kind[n] == CTX:
-        n += 1
-    return n
+    return next((i for i, k in enumerate(example.kind) if k != CTX), len(example))
 
 
 # --- Options: declared on the objective's class; train.py makes each a --flag ---------------------
@@ -189,21 +183,25 @@ class Objective:
                 raise ValueError(f"objectives/{self.name}.py: {k}={getattr(self, k)} is not a "
                                  "probability (in [0, 1])")
 
+    def check_room(self, least, layout):
+        """For check_options: a ValueError where max_len is below `least`, the shortest layout."""
+        if self.max_len < least:
+            raise ValueError(f"objectives/{self.name}.py: max_len={self.max_len} "
+                             f"cannot hold {layout}")
+
     def set_step(self, step, total_steps):
         """train.py calls this before building the batch of step `step` (0-based) of total_steps."""
 
     @classmethod
     def prepare(cls, options, tokenizer, examples, cache_dir, task="pretrain", progress=True):
-        """Work on the training examples that must come before the objective is built (ERNIE-GEN's
-        span vocabulary; cache_dir is keyed by corpus and tokenizer) -> the options to build it
-        with (train.py keeps them in the checkpoint)."""
+        """Work on the training examples before the objective is built (ERNIE-GEN's span vocabulary;
+        cache_dir keyed by corpus and tokenizer) -> the options to build it with (checkpointed)."""
         return options
 
     def heads(self, model):
         """The parameters of the output heads beside the tied LM head (NSP, copy): train.LossModule
         adds them to every loss times zero, so that DDP sees a gradient for every parameter."""
-        return [p for name, p in model.named_parameters()
-                if name.split(".")[0].endswith("_head")]
+        return [p for name, p in model.named_parameters() if name.split(".")[0].endswith("_head")]
 
     # --- examples -> batch ------------------------------------------------------------------------
     def pretrain_example(self, passage, rng):
@@ -216,14 +214,33 @@ class Objective:
         """Fit a seq2seq pair in max_len positions beside three special tokens ([SOS] src [EOS] tgt
         and one more [EOS] or [SOS]): a target that cannot fit alone is cut, then the source."""
         room = self.max_len - 3
-        if len(tgt) > room:
-            warn_once(f"{self.name}: a target is longer than max_len - 3 = {room}; truncated")
-            tgt = tgt[:room]
-        if len(src) + len(tgt) > room:
-            warn_once(f"{self.name}: a source + target is longer than max_len={self.max_len}; "
-                      "source truncated")
-            src = src[:room - len(tgt)]
-        return list(src), list(tgt)
+        tgt = self.truncate(list(tgt), room, "a target")
+        return self.truncate(list(src), room - len(tgt), "a source (beside its target)"), tgt
+
+    def next_token_example(self, ctx, ctx_labels, cont):
+        """PALM's and MASS's layout: [SOS] ctx [EOS] (context, bidirectional), then unless cont is
+        None [SOS] y (causal): row t holds y_t-1 ([SOS] first) and predicts y_t ([EOS] last)."""
+        sos, eos = self.tok.sos_id, self.tok.eos_id
+        S = len(ctx) + 2
+        ex = Example(input_ids=[sos] + ctx + [eos], position_ids=list(range(S)),
+                     segment_ids=[self.segments[0]] * S, labels=[-100] + ctx_labels + [-100],
+                     kind=[CTX] * S, step=[0] * S)
+        if cont is not None:
+            T = len(cont) + 1
+            ex.input_ids += [sos] + cont
+            ex.position_ids += list(range(S, S + T))
+            ex.segment_ids += [self.segments[1]] * T
+            ex.labels += cont + [eos]
+            # the seq2seq mask: continuation row t sees the context and rows <= t
+            ex.kind += [ORIG] * T
+            ex.step += list(range(1, T + 1))
+        return ex
+
+    def truncate(self, ids, room, what):
+        """ids cut to their first `room` tokens; the first cut of `what` says so (a warning)."""
+        if len(ids) > room:
+            warn_once(f"{self.name}: {what} is longer than {room} tokens; truncated")
+        return ids[:room]
 
     def make_batch(self, examples, rng):
         """Pretrain passages or seq2seq (src, tgt) pairs -> Batch (skipped examples left out)."""
@@ -249,27 +266,18 @@ class Objective:
         column = lambda name, value: pad([getattr(row, name) for row in rows], value, L)
         labels, kind = column("labels", -100), column("kind", PAD)
         kinds, counts = kind[labels != -100].unique(return_counts=True)
-        return Batch(column("input_ids", self.tok.pad_id),
-                     column("position_ids", 0),
-                     column("segment_ids", self.segments[1] if self.align_source else 0),
-                     labels,
-                     kind,
-                     column("step", 0),
-                     extras,
-                     dict(zip(kinds.tolist(), counts.tolist())))
+        return Batch(column("input_ids", self.tok.pad_id), column("position_ids", 0),
+                     column("segment_ids", self.segments[1] if self.align_source else 0), labels,
+                     kind, column("step", 0), extras, dict(zip(kinds.tolist(), counts.tolist())))
 
     def _aligned(self, row, S):
         """Insert padding after the context part so that it is S tokens wide."""
         n = leading_context(row)
         gap = S - n
         cut = lambda values, fill: values[:n] + [fill] * gap + values[n:]
-        return Example(cut(row.input_ids, self.tok.pad_id),
-                       cut(row.position_ids, 0),
-                       cut(row.segment_ids, self.segments[0]),
-                       cut(row.labels, -100),
-                       cut(row.kind, PAD),
-                       cut(row.step, 0),
-                       row.extras)
+        return Example(cut(row.input_ids, self.tok.pad_id), cut(row.position_ids, 0),
+                       cut(row.segment_ids, self.segments[0]), cut(row.labels, -100),
+                       cut(row.kind, PAD), cut(row.step, 0), row.extras)
 
     # --- the loss ---------------------------------------------------------------------------------
     def loss(self, model, batch):
@@ -281,6 +289,11 @@ class Objective:
 
     def compute_loss(self, model, batch):
         raise NotImplementedError
+
+    def lm_loss_at(self, model, h, batch, *kinds):
+        """lm_loss, with this objective's label smoothing, at the labelled rows of these kinds."""
+        return lm_loss(model, h, batch.labels_at(*kinds), self.label_smoothing,
+                       batch.labelled(*kinds))
 
     def corpus_tokens(self, batch):
         """Tokens of the corpus a batch reads (CTX, ORIG; no query, no padding): fair throughput."""
@@ -371,9 +384,8 @@ def random_token(tokenizer, rng):
 
 
 def cut_segments(sentences, rng):
-    """A passage (non-empty sentences) -> (S1, S2), cut at a uniformly random sentence boundary,
-    or inside a lone sentence at a random token; one token gives ([token], []). (UniLM 2.3,
-    UniLMv2 2.2)"""
+    """A passage (non-empty sentences) -> (S1, S2) (UniLM 2.3, UniLMv2 2.2): cut at a uniformly
+    random sentence boundary, or inside a lone sentence at a random token; one token: ([t], [])."""
     if len(sentences) >= 2:
         k = rng.randint(1, len(sentences) - 1)
         return [t for s in sentences[:k] for t in s], [t for s in sentences[k:] for t in s]
@@ -385,9 +397,8 @@ def cut_segments(sentences, rng):
 
 
 def lm_loss(model, h, labels, label_smoothing=0.0, n=None):
-    """Cross-entropy of the tied LM head over the rows with labels != -100, in fp32 -> (loss,
-    accuracy). Only those rows go through the (d x V) head; n, their count (Batch.labelled), saves
-    the GPU a count."""
+    """Cross-entropy (fp32) of the tied LM head at the rows with labels != -100 -> (loss, accuracy).
+    Only those rows go through the (d x V) head; n, their count (Batch.labelled), spares a sync."""
     sel = (labels != -100).flatten()
     if n is None:
         rows = sel.nonzero().squeeze(1)
@@ -423,13 +434,8 @@ from objectives.ernie_gen import ErnieGenObjective   # noqa: E402
 from objectives.palm import PalmObjective            # noqa: E402
 from objectives.mass import MassObjective            # noqa: E402
 
-OBJECTIVES = {
-    "unilm": UniLMObjective,
-    "pmlm": PMLMObjective,
-    "ernie_gen": ErnieGenObjective,
-    "palm": PalmObjective,
-    "mass": MassObjective,
-}
+OBJECTIVES = {c.name: c for c in (UniLMObjective, PMLMObjective, ErnieGenObjective, PalmObjective,
+                                  MassObjective)}
 
 
 def objective_class(name):

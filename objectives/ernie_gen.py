@@ -1,10 +1,6 @@
 """ERNIE-GEN (Xiao et al., IJCAI 2020, section 3): infilling, noise-aware and span-by-span
-generation. docs/objectives.md ("ERNIE-GEN") tells the steps, the position layout, the span
-vocabulary's t-test, the bad-input rules and what was measured.
-
-    obj = get_objective("ernie_gen", tok, span_vocab="spans.json")     # pre-training on passages
-    obj = get_objective("ernie_gen", tok, task="seq2seq")              # fine-tuning, rho_f = 0.7
-    vocab = build_span_vocab(sentences, tok, cache_path="spans.json")  # V_span, once per corpus
+generation. docs/objectives.md ("ERNIE-GEN") shows its use and tells the steps, the position
+layout, the span vocabulary's t-test, the bad-input rules and what was measured.
 
 One example is ONE sequence [S'; T'; A_W; A_S] with ONE mask (masks.multi_flow): one attention
 call per layer runs the three flows of Eq. 5; `separate_flows` computes them apart (Eq. 2-6) and
@@ -24,7 +20,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from objectives import Example, Objective, lm_loss, option, random_token, warn_once
+from objectives import Example, Objective, option, random_token, warn_once
 from objectives.masks import CTX, ORIG, PSEUDO, SPAN
 from utils import atomic_write
 
@@ -89,14 +85,11 @@ def _sentences(corpus, tokenizer):
 def build_span_vocab(corpus, tokenizer, n_bigrams=200_000, n_trigrams=50_000, min_t=T_CRITICAL,
                      cache_path=None, progress=True):
     """Count word n-grams over the corpus (texts, token-id sentences or passages), keep the top
-    t-statistics (3.3) -> SpanVocab. A cache_path written with the same tokenizer and settings is
-    loaded instead of counting again."""
+    t-statistics (3.3) -> SpanVocab; a cache_path of the same tokenizer and settings is loaded."""
     settings = dict(tokenizer=tokenizer.fingerprint(), n_bigrams=n_bigrams, n_trigrams=n_trigrams,
                     min_t=min_t)
     if cache_path and os.path.exists(cache_path):
-        with open(cache_path, encoding="utf-8") as f:
-            cached = json.load(f)
-        if cached.get("settings") == settings:
+        if json.loads(Path(cache_path).read_text(encoding="utf-8")).get("settings") == settings:
             return load_span_vocab(cache_path, tokenizer)
     continuation = continuation_ids(tokenizer)
     word_id = {}
@@ -131,8 +124,7 @@ def load_span_vocab(path, tokenizer):
     if not os.path.exists(path):
         raise FileNotFoundError(f"span vocabulary {path!r} does not exist; "
                                 "build it with build_span_vocab")
-    with open(path, encoding="utf-8") as f:
-        table = json.load(f)
+    table = json.loads(Path(path).read_text(encoding="utf-8"))
     if table.get("settings", {}).get("tokenizer") != tokenizer.fingerprint():
         raise ValueError(f"{path}: span vocabulary was built with another tokenizer; rebuild it")
     continuation = continuation_ids(tokenizer)
@@ -149,8 +141,7 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
     per layer (Eq. 2-4, masks of Eq. 6 written from the equations, not from masks.multi_flow),
     for ONE example (1-D tensors, no padding) with the model's own pre-LN blocks -> the final
     states of X = [S'; T'], A_W and A_S (empty without a span flow). Slow, for reading and
-    checking: no dropout, no relative bias (ERNIE-GEN uses none). docs/objectives.md
-    ("ERNIE-GEN") writes the three equations out."""
+    checking: no dropout, no relative bias (ERNIE-GEN uses none)."""
     if model.rel_bias is not None:
         raise ValueError("separate_flows: the model has a relative position bias, "
                          "which ERNIE-GEN does not use")
@@ -209,10 +200,8 @@ class ErnieGenObjective(Objective):
     segments = (0, 1)
 
     gamma = option(0.25, "share of a passage's tokens that go into the target fragments (3.1: 25%)")
-    rho_p = option(0.05, "pre-training noise: share of target tokens replaced by random ones "
-                         "(4.1: 0.05)")
-    rho_f = option(0.7, "fine-tuning noise rate "
-                        "(Table 1: 0.7 SQuAD QG / CNN-DM, 0.5 Gigaword base)")
+    rho_p = option(0.05, "pre-training noise: share of target tokens made random (4.1: 0.05)")
+    rho_f = option(0.7, "fine-tuning noise rate (Table 1: 0.7 SQuAD QG/CNN-DM, 0.5 Gigaword base)")
     lam_pretrain = option(0.5, "Eq. 7 weight lambda of the word flow in pre-training "
                                "(span flow: 1 - lambda)")
     lam_finetune = option(1.0, "Eq. 7 lambda in fine-tuning (1.0: word flow only)")
@@ -221,16 +210,13 @@ class ErnieGenObjective(Objective):
 
     def check_options(self):
         self.check_probabilities("gamma", "rho_p", "rho_f", "lam_pretrain", "lam_finetune")
-        if self.max_len < 3:
-            raise ValueError(f"objectives/ernie_gen.py: max_len={self.max_len} "
-                             "cannot hold [SOS] [EOS] [EOS]")
+        self.check_room(3, "[SOS] [EOS] [EOS]")
         pretrain = self.task == "pretrain"
         # the noising rate rho (3.2) and Eq. 7's lambda of this task
         self.rho = float(self.rho_p if pretrain else self.rho_f)
         self.lam = float(self.lam_pretrain if pretrain else self.lam_finetune)
-        self.spans_table = self.span_vocab
-        if isinstance(self.span_vocab, (str, os.PathLike)):
-            self.spans_table = load_span_vocab(self.span_vocab, self.tok)
+        self.spans_table = (load_span_vocab(self.span_vocab, self.tok)
+                            if isinstance(self.span_vocab, (str, os.PathLike)) else self.span_vocab)
         self.continuation = continuation_ids(self.tok)
         if self.lam < 1 and self.spans_table is None:
             warn_once("ernie_gen: no span vocabulary given (option span_vocab); "
@@ -321,10 +307,7 @@ class ErnieGenObjective(Objective):
         return ex
 
     def pretrain_example(self, passage, rng):
-        ids = [int(t) for sentence in passage for t in sentence]
-        if len(ids) > self.max_len - 2:
-            warn_once(f"ernie_gen: a passage is longer than max_len={self.max_len} - 2; truncated")
-            ids = ids[:self.max_len - 2]
+        ids = self.truncate([int(t) for s in passage for t in s], self.max_len - 2, "a passage")
         words = word_ranges(ids, self.continuation)
         fragments = sorted(self.sample_fragments(words, rng)[0]) if len(words) >= 2 else []
         if not fragments:
@@ -357,8 +340,7 @@ class ErnieGenObjective(Objective):
         S = len(src) + 2        # [SOS] src [EOS]
         m = len(tgt) + 1        # tgt [EOS]
         target = tgt + [self.tok.eos_id]
-        # the noise first (3.2), then the spans cut in T' (3.3);
-        # the last token, the [EOS], is a span of its own
+        # the noise first (3.2), then the spans cut in T' (3.3); the [EOS] is a span of its own
         noised = self.noise(target, rng)
         spans = self.spans(noised[:-1]) + [(m - 1, m)] if self.lam < 1 else []
         return self.layout([self.tok.sos_id] + src + [self.tok.eos_id], list(range(S)), target,
@@ -369,14 +351,12 @@ class ErnieGenObjective(Objective):
         # all flows (Eq. 5)
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         # L_word: at the word-flow [ATTN]s
-        loss_w, acc_w = lm_loss(model, h, batch.labels_at(PSEUDO), self.label_smoothing,
-                                batch.labelled(PSEUDO))
+        loss_w, acc_w = self.lm_loss_at(model, h, batch, PSEUDO)
         metrics = {"loss_word": loss_w.detach(), "acc_word": acc_w}
         loss = loss_w
         if self.lam < 1:
             # L_span: at the span-flow [ATTN]s
-            loss_s, acc_s = lm_loss(model, h, batch.labels_at(SPAN), self.label_smoothing,
-                                     batch.labelled(SPAN))
+            loss_s, acc_s = self.lm_loss_at(model, h, batch, SPAN)
             # Eq. 7: lambda L_word + (1 - lambda) L_span
             loss = self.lam * loss_w + (1 - self.lam) * loss_s
             metrics.update(loss_span=loss_s.detach(), acc_span=acc_s)

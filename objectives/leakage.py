@@ -1,8 +1,6 @@
 """The leakage checker: proof, by autograd, that no prediction can see what it predicts.
-
-    report = leakage.check(model, batch)          # a batch of any objective, a model in any state
-    assert report.leaks == []                     # empty: proven leak-free on this batch
-    report.gradients(b)                           # (predictions, L): a heatmap of example b
+report = leakage.check(model, batch), for a batch of any objective and a model in any state:
+report.leaks == [] proves it leak-free; report.gradients(b), (predictions, L), is b's heatmap.
 
 A prediction's gradient with respect to an input embedding is exactly 0.0 (masked scores are -inf)
 if and only if no path of attention carries that input to it: explicit and implicit leakage
@@ -90,10 +88,8 @@ def check(model, batch, examples=None, max_rows=None, attn_mask=None):
     for b in (range(len(batch)) if examples is None else examples):
         rows = (batch.labels[b] != -100).nonzero().flatten().tolist()[:max_rows]
         grads = dependencies(model, batch, b, rows, attn_mask)
-        if rows:
-            bad = torch.stack([forbidden_inputs(batch.kind[b], batch.step[b], r) for r in rows])
-        else:
-            bad = torch.zeros_like(grads, dtype=torch.bool)
+        bad = (torch.stack([forbidden_inputs(batch.kind[b], batch.step[b], r) for r in rows])
+               if rows else torch.zeros_like(grads, dtype=torch.bool))
         report.rows[b] = rows
         report.grads[b] = grads
         report.forbidden[b] = bad
@@ -104,8 +100,7 @@ def check(model, batch, examples=None, max_rows=None, attn_mask=None):
 
 def reachable(mask, n_layers):
     """(B, L, L) -> (B, L, L): which inputs can reach each query through n_layers of attention,
-    the mask's matrix power (with its diagonal: the residual stream). `dependencies` finds these
-    or fewer."""
+    the mask's matrix power (diagonal: the residual stream); `dependencies` finds these or fewer."""
     m = mask | torch.eye(mask.size(-1), dtype=torch.bool, device=mask.device)
     r = m.clone()
     for _ in range(n_layers - 1):

@@ -60,9 +60,8 @@ def attention_mask(kind, step, start=0, passage=None):
 
 @dataclass(frozen=True)
 class MaskSpec:
-    """The attention mask described, not materialised: what `Batch.mask` hands the model.
-    `dense()` builds the (B, L, L) mask on kind's device (naive and SDPA paths); FlexAttention reads
-    kind and step inside its kernel (fast.mask_mod)."""
+    """The mask described, not materialised (`Batch.mask`): `dense()` builds the (B, L, L) mask on
+    kind's device (naive, SDPA); FlexAttention reads kind and step in its kernel (fast.mask_mod)."""
     kind: torch.Tensor        # (B, L)
     step: torch.Tensor        # (B, L)
     # (B, L) which passage each token is, in rows packed with several (fast/); None: one a row
@@ -78,8 +77,7 @@ def _grid(lengths, L):
     n = torch.as_tensor(lengths).view(-1, 1, 1)
     i = torch.arange(L).view(1, L, 1)
     j = torch.arange(L).view(1, 1, L)
-    valid = (i < n) & (j < n)
-    return i, j, valid
+    return i, j, (i < n) & (j < n)
 
 
 def bidirectional(lengths, L):
@@ -109,9 +107,7 @@ def seq2seq(src_lengths, lengths, L):
 
 
 def unilm_kinds(lm, n, n_src=0):
-    """UniLM's four LMs in the rule's terms: (kind, step) lists for one sequence of n tokens
-    (bidirectional: all CTX; left-to-right: token i ORIG of step i + 1; right-to-left: of step
-    n - i; seq2seq: the n_src source tokens CTX, then left-to-right)."""
+    """UniLM's four LMs in the rule's terms: (kind, step) lists for one sequence of n tokens."""
     if lm == "bidirectional":
         return [CTX] * n, [0] * n
     if lm == "left_to_right":

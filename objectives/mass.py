@@ -12,7 +12,7 @@ to right. On one backbone that is one sequence with the seq2seq mask (Figure 1's
 Fine-tuning: [SOS] src [EOS] | [SOS] y (PALM's layout). Left out: BERT's 80/10/10 (a kept slot
 would show the decoder its answer), MASS's separate encoder and decoder, its language embeddings.
 """
-from objectives import Example, Objective, lm_loss, option, warn_once
+from objectives import Example, Objective, lm_loss, option
 from objectives.masks import CTX, ORIG
 
 
@@ -43,19 +43,13 @@ class MassObjective(Objective):
     def check_options(self):
         if not 0 < self.span_frac <= 1:
             raise ValueError(f"objectives/mass.py: span_frac={self.span_frac} must be in (0, 1]")
-        if self.max_len < 4:
-            raise ValueError(f"objectives/mass.py: max_len={self.max_len} "
-                             "cannot hold [SOS] x [EOS] [SOS] y")
+        self.check_room(4, "[SOS] x [EOS] [SOS] y")
 
     # --- examples ---------------------------------------------------------------------------------
     def pretrain_example(self, passage, rng):
         """A passage -> Example: the passage with one span masked, then the span left to right."""
-        tokens = [int(t) for sentence in passage for t in sentence]
         # [SOS] x [EOS] must fit the position table
-        if len(tokens) > self.max_len - 2:
-            warn_once(f"mass: a passage is longer than max_len - 2 = {self.max_len - 2} tokens; "
-                      "truncated")
-            tokens = tokens[:self.max_len - 2]
+        tokens = self.truncate([int(t) for s in passage for t in s], self.max_len - 2, "a passage")
         if not tokens:
             self.count_skip("empty passage")
             return None
@@ -68,15 +62,7 @@ class MassObjective(Objective):
     def seq2seq_example(self, src, tgt, rng):
         """(src_ids, tgt_ids) -> [SOS] src [EOS] | [SOS] y, as generate.py decodes it."""
         src, tgt = self.fit_pair([int(t) for t in src], [int(t) for t in tgt])
-        sos, eos = self.tok.sos_id, self.tok.eos_id
-        S = len(src) + 2        # [SOS] src [EOS]
-        T = len(tgt) + 1        # [SOS] y
-        return Example(input_ids=[sos] + src + [eos] + [sos] + tgt,
-                       position_ids=list(range(S + T)),         # target row t at S + t
-                       segment_ids=[self.segments[0]] * S + [self.segments[1]] * T,
-                       labels=[-100] * S + tgt + [eos],         # row t predicts y_t ([EOS] last)
-                       kind=[CTX] * S + [ORIG] * T,
-                       step=[0] * S + list(range(1, T + 1)))
+        return self.next_token_example(src, [-100] * len(src), tgt)
 
     # --- loss -------------------------------------------------------------------------------------
     def compute_loss(self, model, batch):

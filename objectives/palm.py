@@ -15,7 +15,7 @@ import itertools
 
 import torch
 
-from objectives import Example, Objective, cloze, lm_loss, option, warn_once
+from objectives import Objective, cloze, option, warn_once
 from objectives.masks import CTX, ORIG
 
 
@@ -63,15 +63,12 @@ class PalmObjective(Objective):
 
     context_frac = option(0.8, "share of a passage's tokens in the context; "
                                "the rest is the continuation (3.1)")
-    boundary_slack = option(0.1, "move the cut to a sentence boundary "
-                                 "within this share of the passage")
+    boundary_slack = option(0.1, "cut at a sentence boundary within this share of the passage")
     mask_prob = option(0.15, "share of context tokens masked for the MLM (2.1: BERT's 15%)")
-    stage1_frac = option(0.1, "share of the training steps in stage 1 (MLM only) "
-                              "before stage 2 (2.1)")
+    stage1_frac = option(0.1, "share of training steps in stage 1 (MLM only) before stage 2 (2.1)")
     mlm_weight = option(0.0, "weight of the MLM loss in stage 2 "
                              "(0: the paper's stage 2 trains the decoder only)")
-    copy = option(True, "use the pointer-generator's copy distribution (2.3); "
-                        "false = Table 6's ablation")
+    copy = option(True, "copy with the pointer-generator (2.3); false = Table 6's ablation")
     copy_chunk = option(0, "compute the copy attention k continuation steps at a time "
                            "(less memory); 0 = at once")
 
@@ -86,9 +83,7 @@ class PalmObjective(Objective):
         if self.mask_prob == 0 and (self.stage1_frac > 0 or self.mlm_weight > 0):
             raise ValueError("objectives/palm.py: mask_prob=0 leaves the MLM (stage 1, mlm_weight) "
                              "nothing to predict")
-        if self.max_len < 5:
-            raise ValueError(f"objectives/palm.py: max_len={self.max_len} "
-                             "cannot hold [SOS] x [EOS] [SOS] y")
+        self.check_room(5, "[SOS] x [EOS] [SOS] y")
         self.special_ids = sorted(self.tok.special_ids)
         self.stage = 2 if self.task == "seq2seq" else None
 
@@ -121,7 +116,7 @@ class PalmObjective(Objective):
         n_mask = max(1, round(self.mask_prob * len(ctx))) if self.mask_prob > 0 else 0
         inputs, labels = cloze(ctx, rng.sample(range(len(ctx)), n_mask), self.tok, rng)
         # stage 1 trains the encoder alone: the continuation would be compute for nothing
-        return self._example(inputs, labels, cont if self.stage == 2 else None)
+        return self.next_token_example(inputs, labels, cont if self.stage == 2 else None)
 
     def seq2seq_example(self, src, tgt, rng):
         """(src_ids, tgt_ids) -> Example, truncated to max_len, or None for an empty target."""
@@ -129,26 +124,7 @@ class PalmObjective(Objective):
             self.count_skip("empty target")
             return None
         src, tgt = self.fit_pair(src, tgt)
-        return self._example(src, [-100] * len(src), tgt)
-
-    def _example(self, ctx, ctx_labels, cont):
-        """[SOS] ctx [EOS] (context, bidirectional), then unless cont is None [SOS] y (causal):
-        row t holds y_t-1 ([SOS] first) and predicts y_t ([EOS] last)."""
-        sos, eos = self.tok.sos_id, self.tok.eos_id
-        S = len(ctx) + 2
-        ex = Example(input_ids=[sos] + ctx + [eos], position_ids=list(range(S)),
-                     segment_ids=[self.segments[0]] * S, labels=[-100] + ctx_labels + [-100],
-                     kind=[CTX] * S, step=[0] * S)
-        if cont is not None:
-            T = len(cont) + 1
-            ex.input_ids += [sos] + cont
-            ex.position_ids += list(range(S, S + T))
-            ex.segment_ids += [self.segments[1]] * T
-            ex.labels += cont + [eos]
-            # the seq2seq mask: continuation row t sees the context and rows <= t
-            ex.kind += [ORIG] * T
-            ex.step += list(range(1, T + 1))
-        return ex
+        return self.next_token_example(src, [-100] * len(src), tgt)
 
     def make_batch(self, examples, rng):
         if self.stage is None:
@@ -183,8 +159,7 @@ class PalmObjective(Objective):
         if self.task == "pretrain":
             train_mlm = stage == 1 or self.mlm_weight > 0  # else a metric only
             with torch.set_grad_enabled(torch.is_grad_enabled() and train_mlm):
-                loss_mlm, acc_mlm = lm_loss(model, h, batch.labels_at(CTX),
-                                            self.label_smoothing, batch.labelled(CTX))
+                loss_mlm, acc_mlm = self.lm_loss_at(model, h, batch, CTX)
             metrics.update(loss_mlm=loss_mlm.detach(), acc_mlm=acc_mlm)
             if stage == 1:
                 metrics["loss"] = loss_mlm.detach()
@@ -201,8 +176,7 @@ class PalmObjective(Objective):
     def _ar_loss(self, model, h, batch):
         """-log P(y_t | y_<t, x) at the continuation rows: the mixture (Eq. 7), or P^v alone."""
         if not self.copy:
-            loss, acc = lm_loss(model, h, batch.labels_at(ORIG), self.label_smoothing,
-                                batch.labelled(ORIG))
+            loss, acc = self.lm_loss_at(model, h, batch, ORIG)
             return loss, acc, None
         S = batch.extras["source_width"]
         s = h[:, S:]                                                        # (B, T, d)

@@ -15,8 +15,7 @@ cut, the length budgets and the kept-slot rule are ours.
 """
 import math
 
-from objectives import (Example, Objective, corrupt, cut_segments, lm_loss, option, random_token,
-                        warn_once)
+from objectives import Example, Objective, corrupt, cut_segments, option, random_token, warn_once
 from objectives.masks import CTX, ORIG, PSEUDO
 
 
@@ -57,9 +56,8 @@ def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
 
 # --- 3.2, Figure 4: the pseudo-masked input -------------------------------------------------------
 def pseudo_masked_layout(tokens, segments, context, ae_positions, par_blocks, pseudo_id):
-    """The context (tokens after corruption), then for each block of par_blocks (L_PAR's order)
-    its originals and its [P]s at the position and segment of their token (Figure 4) -> Example;
-    L_AE predicts the ae_positions."""
+    """The context (tokens after corruption), then for each block of par_blocks (L_PAR's order) its
+    originals and [P]s at their token's position and segment (Figure 4); L_AE at ae_positions."""
     n = len(tokens)
     out = Example(input_ids=list(context), position_ids=list(range(n)), segment_ids=list(segments),
                   labels=[-100] * n, kind=[CTX] * n, step=[0] * n)
@@ -85,14 +83,12 @@ class PMLMObjective(Objective):
     model_defaults = dict(rel_pos_buckets=32, rel_pos_max_distance=128)    # 4.1: T5's relative bias
     pretrain_reads_context_only = True      # the appended originals copy masked slots
 
-    mask_prob = option(0.15, "stop blockwise masking once this share of the text is masked "
-                             "(Algorithm 1: 15%)")
+    mask_prob = option(0.15, "share of the text that blockwise masking masks (Algorithm 1: 15%)")
     block_prob = option(0.4, "probability that a block is 2..max_block tokens long, else one token "
                              "(Alg. 1: 0.4)")
     max_block = option(6, "longest block in tokens (Algorithm 1: 6)")
     mask_token_prob = option(0.8, "a masked slot becomes [M] with this probability (4.1: 80%)")
-    random_token_prob = option(0.1, "... a random token with this one (4.1: 10%); "
-                                    "it stays itself otherwise")
+    random_token_prob = option(0.1, "... a random token with this one (4.1: 10%), else itself")
     max_seq_len = option(0, "bound on the whole sequence with the appended tokens; 0 = no bound")
     target_noise_prob = option(0.5, "fine-tuning: share of visible target tokens noised 80/10/10 "
                                     "(official s2s-ft)")
@@ -227,13 +223,9 @@ class PMLMObjective(Objective):
         losses, accs = {}, {}
         if self.task == "pretrain":
             # L_AE (Eq. 3): at the masked context slots
-            losses["loss_ae"], accs["acc_ae"] = lm_loss(
-                model, h, batch.labels_at(CTX, ORIG), self.label_smoothing,
-                batch.labelled(CTX, ORIG))
+            losses["loss_ae"], accs["acc_ae"] = self.lm_loss_at(model, h, batch, CTX, ORIG)
         if self.task == "seq2seq" or self.par:
             # L_PAR (Eq. 6): at the [P]s (none appended without PAR, 4.6)
-            losses["loss_par"], accs["acc_par"] = lm_loss(
-                model, h, batch.labels_at(PSEUDO), self.label_smoothing,
-                batch.labelled(PSEUDO))
+            losses["loss_par"], accs["acc_par"] = self.lm_loss_at(model, h, batch, PSEUDO)
         loss = sum(losses.values())                                                     # Eq. 7
         return loss, {"loss": loss.detach(), **{k: v.detach() for k, v in losses.items()}, **accs}

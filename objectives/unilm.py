@@ -15,12 +15,8 @@ from objectives.masks import unilm_kinds
 
 LM_TYPES = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")
 # official segment ids as LM identifiers (type_vocab_size 6): (first segment, second segment)
-SEGMENT_IDS = {
-    "bidirectional": (0, 1),
-    "left_to_right": (2, 2),
-    "right_to_left": (3, 3),
-    "seq2seq": (4, 5),
-}
+SEGMENT_IDS = {"bidirectional": (0, 1), "left_to_right": (2, 2), "right_to_left": (3, 3),
+               "seq2seq": (4, 5)}
 
 
 def choose_positions(candidates, n_pred, rng, span_prob=0.0, max_span=1):
@@ -57,8 +53,7 @@ class UniLMObjective(Objective):
     tags = ("lm_type",)           # the LM drawn for the batch (LM_TYPES), no measurement
 
     mask_prob = option(0.15, "share of the text tokens predicted by the cloze task (2.4: 15%)")
-    span_prob = option(0.2, "probability that a cloze pick is a bigram or trigram instead of one "
-                            "token (2.4)")
+    span_prob = option(0.2, "chance that a cloze pick is a bigram or trigram, not one token (2.4)")
     max_span = option(3, "longest cloze span in tokens (2.4: trigram)")
     max_pred = option(0, "cap on predictions per sequence (the official --max_pred); 0 = no cap")
     nsp = option(True, "add the next-sentence prediction loss to bidirectional batches (2.3)")
@@ -69,8 +64,7 @@ class UniLMObjective(Objective):
     weight_seq2seq = option(2.0, "relative frequency of the seq2seq LM (2.4: 1/3)")
     weight_left_to_right = option(1.0, "relative frequency of the left-to-right LM (2.4: 1/6)")
     weight_right_to_left = option(1.0, "relative frequency of the right-to-left LM (2.4: 1/6)")
-    target_mask_prob = option(0.7, "fine-tuning: share of target tokens masked and predicted "
-                                   "(2.5: 70%)")
+    target_mask_prob = option(0.7, "fine-tuning: share of target tokens masked (2.5: 70%)")
 
     def check_options(self):
         if self.lm_type not in ("mix",) + LM_TYPES:
@@ -81,9 +75,7 @@ class UniLMObjective(Objective):
             raise ValueError(f"objectives/unilm.py: LM weights {self.weights} "
                              "must be >= 0 with a positive sum")
         self.check_probabilities("mask_prob", "span_prob", "nsp_negative_prob", "target_mask_prob")
-        if self.max_len < 5:
-            raise ValueError(f"objectives/unilm.py: max_len={self.max_len} "
-                             "cannot hold [SOS] a [EOS] b [EOS]")
+        self.check_room(5, "[SOS] a [EOS] b [EOS]")
 
     # --- the cloze task ---------------------------------------------------------------------------
     def _n_pred(self, n, p):
@@ -129,10 +121,7 @@ class UniLMObjective(Objective):
         """One usable passage -> Example of the batch's LM; other: a passage for NSP negatives."""
         nsp_label = None
         if lm in ("left_to_right", "right_to_left"):
-            text = [t for s in passage for t in s]
-            if len(text) > self.max_len - 2:
-                warn_once(f"unilm: a passage is longer than max_len={self.max_len}; truncated")
-                text = text[:self.max_len - 2]
+            text = self.truncate([t for s in passage for t in s], self.max_len - 2, "a passage")
             tokens = [self.tok.sos_id] + text + [self.tok.eos_id]
             n_src = len(tokens)
         else:
@@ -163,10 +152,9 @@ class UniLMObjective(Objective):
         rows = []
         for b, passage in enumerate(passages):
             # an NSP negative comes from another passage of the SAME batch
-            others = []
-            if lm == "bidirectional" and self.nsp:
-                others = [i for i in range(len(passages)) if i != b]
-            other = passages[rng.choice(others)] if others else None
+            others = [i for i in range(len(passages)) if i != b]
+            nsp = lm == "bidirectional" and self.nsp and others
+            other = passages[rng.choice(others)] if nsp else None
             rows.append(self.pretrain_example(passage, rng, lm, other))
         return self.collate(rows, lm_type=LM_TYPES.index(lm))
 
