@@ -257,8 +257,10 @@ def rouge_scores(prediction, reference, stem=False):
     """ROUGE-1/2/L/Lsum of one pair: {type: {"precision", "recall", "fmeasure"}}, each in [0, 1]."""
     pred = rouge_tokenize(prediction, stem)
     ref = rouge_tokenize(reference, stem)
-    # Lsum's sentences are the non-empty lines of a text
-    sentences = lambda text: [rouge_tokenize(s, stem) for s in text.split("\n") if s]
+
+    def sentences(text):  # Lsum's sentences are the non-empty lines of a text
+        return [rouge_tokenize(s, stem) for s in text.split("\n") if s]
+
     return {"rouge1": _rouge_n(ref, pred, 1), "rouge2": _rouge_n(ref, pred, 2),
             "rougeL": _rouge_l(ref, pred),
             "rougeLsum": _rouge_lsum(sentences(reference), sentences(prediction))}

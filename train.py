@@ -397,7 +397,9 @@ def finish(run):
         check_replicas_agree(run.model, run.dist)
     if not run.dist.master:
         return
-    skipped = sum(map(Counter, run.skipped.values()), Counter())
+    skipped = Counter()
+    for counts in run.skipped.values():
+        skipped.update(counts)
     if skipped:
         print(f"examples the objective skipped, by reason: {dict(skipped)}")
     print(f"{run.stop or 'done'}: {run.step} of {run.cfg.max_steps} steps; "
