@@ -124,8 +124,10 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     torch.manual_seed(0)
     model = M.Transformer(cfg).to(device)
     compiled = device.type == "cuda" and impl != "naive" and not args.eager
+    whole = getattr(args, "whole", "")
     # the fast layer as train.py switches it on: BucketBias and compiled copy scores on CUDA, compiled blocks
-    fast.speed_up(model, compile=compiled, dynamic=dynamic)
+    # (--whole: no compiled blocks; the forward and the loss compiled as one function, below)
+    fast.speed_up(model, compile=compiled and not whole, dynamic=dynamic)
     if compiled:
         obj.pad_multiple = 64                      # as train.py does when it compiles
     rng = random.Random(0)
@@ -144,9 +146,15 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
+    def forward(b):
+        return obj.loss(fast.packed(model, b), b)[0]
+    if whole:
+        # the candidate of issue 21 item 2: one graph for embeddings, blocks, heads and loss (fewer launches)
+        forward = torch.compile(forward, mode=None if whole == "default" else whole)
+
     def step(b):
         with autocast:
-            loss, _ = obj.loss(fast.packed(model, b), b)
+            loss = forward(b)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -168,7 +176,8 @@ def bench_objective(name, impl, options, label, tok, examples, args, device, pre
     slots = sum(n * width for n, width in shapes)
     flops = sum(b.n_tokens * model.estimate_flops(width, int((b.labels != -100).sum()) / b.n_tokens)
                 for b, (_, width) in zip(timed_batches, shapes)) / args.steps
-    return dict(label=label + (" packed" if pack else ""), impl=impl, compiled=s["compiled"],
+    label += (" packed" if pack else "") + (f" whole ({args.whole})" if getattr(args, "whole", "") else "")
+    return dict(label=label, impl=impl, compiled=s["compiled"],
                 seq=max(width for _, width in shapes), batch=s["batch"], rows=sum(n for n, _ in shapes) / args.steps,
                 padding=1 - rows * args.steps / slots, tokens_s=rows / sec, corpus_tokens_s=corpus_rows / sec,
                 flops_s=flops / sec, step_ms=sec * 1000, make_batch_ms=s["make_ms"], peak_gib=peak_gib(device))
@@ -220,7 +229,9 @@ def bench_loop(name, options, label, args, device, pack=False):
     width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures)."""
     import train
     packing = train.packing
-    if pack is not True and pack:
+    if isinstance(pack, tuple):                # ("steady", m): train.py's one width, a multiple of m
+        train.packing = lambda cfg, model, device: fast.SteadyPacking(multiple=pack[1])
+    elif pack is not True and pack:
         train.packing = lambda cfg, model, device: functools.partial(fast.plan_packing, multiple=pack,
                                                                      key_cost=fast.key_cost(model))
     out = Path(tempfile.mkdtemp(prefix=f"loop-{name}-"))
@@ -240,7 +251,8 @@ def bench_loop(name, options, label, args, device, pack=False):
         train.main(flags)
     finally:
         train.packing = packing
-    suffix = {False: "", True: " packed"}.get(pack, f" packed, cheapest width x{pack}")
+    suffix = (f" packed, one width x{pack[1]}" if isinstance(pack, tuple)
+              else {False: "", True: " packed"}.get(pack, f" packed, cheapest width x{pack}"))
     print(f"{label}{suffix}: the blocks compiled "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -291,10 +303,13 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated run labels (default: all)")
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--eager", action="store_true", help="no compiled blocks")
-    ap.add_argument("--pack", choices=["off", "on", "both", "widths"], default="off",
+    ap.add_argument("--whole", default="", help="torch.compile the whole forward + loss with this mode (default, "
+                                                "max-autotune-no-cudagraphs, ...) instead of the blocks alone")
+    ap.add_argument("--pack", choices=["off", "on", "both", "widths", "steady"], default="off",
                     help="several passages a row (train.py --pack): off, on, or both in one run; widths (--part "
-                         "loop): off, on and on with the cheapest width per batch, a multiple of each --multiples")
-    ap.add_argument("--multiples", default="8,16,64", help="--pack widths: the widths' multiples")
+                         "loop): off, on and on with the cheapest width per batch, a multiple of each --multiples; "
+                         "steady (--part loop): off, on (train.py's one width, x64) and one width x each other --multiples")
+    ap.add_argument("--multiples", default="8,16,64", help="--pack widths / steady: the widths' multiples")
     ap.add_argument("--dynamic", action="store_true",
                     help="compile the blocks for dynamic shapes (one kernel for every packed shape)")
     ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
@@ -313,9 +328,12 @@ def main():
         name += f" (capped at {args.memory_gib:g} GiB)"
     peak = M.peak_flops(device)
     only = set(args.only.split(",")) - {""}
-    packs = {"off": (False,), "on": (True,), "both": (False, True), "widths": (False, True)}[args.pack]
+    packs = {"off": (False,), "on": (True,), "both": (False, True), "widths": (False, True),
+             "steady": (False, True)}[args.pack]
     if args.pack == "widths":
         packs += tuple(int(m) for m in args.multiples.split(","))
+    if args.pack == "steady":
+        packs += tuple(("steady", int(m)) for m in args.multiples.split(",") if int(m) != 64)
     tok, examples = corpus(args)
     rows, measured = [], {}
     if args.part == "bare":

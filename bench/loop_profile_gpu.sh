@@ -13,6 +13,11 @@
 #                                             # cache, and HF BART-base, same run; then check_cuda.py (graph == readable)
 #   bash bench/loop_profile_gpu.sh decode_profile   # where a beam-5 step goes (wall vs GPU busy), unilm and palm,
 #                                             # whole-step graph vs model-step graph + device search
+#   bash bench/loop_profile_gpu.sh whole      # issue 21 item 2: bare steps with the blocks compiled (train.py's) against
+#                                             # the whole forward + loss compiled as one graph (default mode, then
+#                                             # CUDA graphs: reduce-overhead), with HF compiled, same run
+#   bash bench/loop_profile_gpu.sh steady     # train.py's loop: one passage a row, packed at one width x64 (train.py's)
+#                                             # and at one width x8, same run
 #   bash bench/loop_profile_gpu.sh triton     # pmlm's step with the Triton attention: the dQ kernel's bias gradient
 #                                             # by prefix sums against the loop over buckets; then check_triton --base
 set -uo pipefail
@@ -43,6 +48,17 @@ case "${1:-loop}" in
   decode_profile)
     python bench/bench_generate.py --objectives unilm,palm --rows whole,device --profile --no_bart --repeats 1 2>&1 \
       | tee "$OUT/profile_generate.txt" | grep -v USDT | tail -90 ;;
+  whole)
+    ONLY=${ONLY:-unilm,ernie_gen}
+    timeout 200 python bench/bench_train.py --part bare --impls sdpa --only "$ONLY" 2>&1 | tee "$OUT/bare_blocks.txt" \
+      | grep -E "^\| |^part|torch|Error|error"
+    for mode in default reduce-overhead; do
+      timeout 170 python bench/bench_train.py --part bare --impls sdpa --only "$ONLY" --no_hf --whole $mode 2>&1 \
+        | tee "$OUT/bare_whole_$mode.txt" | grep -E "^\| |^part|torch|Error|error"
+    done ;;
+  steady)
+    python bench/bench_train.py --part loop --pack steady --multiples 8,64 --loop_steps ${STEPS:-60} \
+      --only "${ONLY:-unilm,pmlm}" 2>&1 | tee "$OUT/bench_steady.txt" | grep -E "compiled .* graph|^\| |^part|torch|Error|error" ;;
   triton)
     python bench/profile_step.py --part steps --only "pmlm,pmlm triton,pmlm triton loop" 2>&1 \
       | tee "$OUT/profile_triton.txt" | tail -80
