@@ -54,7 +54,13 @@ fine-tunings at once): eager fine-tunings took 73-79 s each (1.5-1.6 minutes wit
 103-138 s on a cold compile cache, so fine-tunings now run eager (--ft_compile false) while pre-trainings keep
 --compile. Projected from the rates measured (148,246 pre-training steps for the 30 pre-trainings at about 39
 steps/s a GPU, ERNIE-GEN's; 90 fine-tunings at 4 per 1.6 GPU-minutes): about 25-27 minutes of a 4-GPU
-machine. --per_gpu, --mps, --pre_batch, --compile, --ft_compile and --workers are the knobs.
+machine. MEASURED in the eleventh session (4x H200, --per_gpu 4 --mps, --ft_lr 1e-3, the four objectives and their
+controls, two calls on one warm machine): 46 of their 48 cells in 13.2 minutes (8.4 + 4.8), 99 process-minutes of
+12 pre-trainings (unilm 4.6 minutes each, ernie_gen 6.4, palm 10.7, pmlm 11.3) and 71 of 46 fine-tunings with their
+decoding, so the 16 slots were busy 80% of the time. All 90 cells at those rates (the ablations' pre-trainings
+at their committed times, taken mostly with two processes a GPU, so optimistic: 199 + 140 process-minutes)
+project to 21 minutes with every slot busy, 26 at 80%.
+--per_gpu, --mps, --pre_batch, --compile, --ft_compile and --workers are the knobs.
 The recipe search (tenth session, SYSTEMS' last five): fine-tuning at peak lr 1e-3 beat the study's 3e-4 on
 both tasks for pmlm/AE only (one seed). --ft_lr 1e-3 runs the whole study with it; its cells differ in
 settings, so they go to their own folder and page:
