@@ -256,8 +256,14 @@ def count_work(run, batch):
                     flops=n_tokens * run.model.estimate_flops(width, pred_frac))
 
 
+# the exit status of a run stopped by a non-finite loss (a user's mistake is 2): bench/study.py
+# records such a run as diverged instead of trying it again
+DIVERGED = 3
+
+
 def check_health(run):
-    """At a log step, one host sync: stop on a non-finite loss (naming its batch); ranks agree."""
+    """At a log step, one host sync: stop on a non-finite loss (naming its batch), exit status
+    DIVERGED; ranks agree."""
     cfg = run.cfg
     dist_ = run.dist
     out_of_time = cfg.time_limit and time.time() - run.t_start > 60 * cfg.time_limit
@@ -274,7 +280,7 @@ def check_health(run):
             print(f"\nnon-finite loss {float(loss)} at step {int(bad_step)} (batch of {shape}, "
                   f"first example starts: {run.tok.decode(first_ids)!r}); stopping. The last "
                   f"good checkpoint is kept: {run.ckpt_path}", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(DIVERGED)
     run.recent = {}
     if signalled:
         run.stop = f"stopped by {STOP_SIGNAL[0] if STOP_SIGNAL else 'a signal on another rank'}"

@@ -54,12 +54,15 @@ fine-tunings at once): eager fine-tunings took 73-79 s each (1.5-1.6 minutes wit
 103-138 s on a cold compile cache, so fine-tunings now run eager (--ft_compile false) while pre-trainings keep
 --compile. Projected from the rates measured (148,246 pre-training steps for the 30 pre-trainings at about 39
 steps/s a GPU, ERNIE-GEN's; 90 fine-tunings at 4 per 1.6 GPU-minutes): about 25-27 minutes of a 4-GPU
-machine. MEASURED in the eleventh session (4x H200, --per_gpu 4 --mps, --ft_lr 1e-3, the four objectives and their
-controls, two calls on one warm machine): 46 of their 48 cells in 13.2 minutes (8.4 + 4.8), 99 process-minutes of
-12 pre-trainings (unilm 4.6 minutes each, ernie_gen 6.4, palm 10.7, pmlm 11.3) and 71 of 46 fine-tunings with their
-decoding, so the 16 slots were busy 80% of the time. All 90 cells at those rates (the ablations' pre-trainings
-at their committed times, taken mostly with two processes a GPU, so optimistic: 199 + 140 process-minutes)
-project to 21 minutes with every slot busy, 26 at 80%.
+machine. MEASURED in the eleventh session (4x H200, --per_gpu 4 --mps, --ft_lr 1e-3, the four
+objectives and their controls, two calls on one warm machine): 46 of their 48 cells in 13.2 minutes
+(8.4 + 4.8), 99 process-minutes of 12 pre-trainings (unilm 4.6 minutes each, ernie_gen 6.4, palm
+10.7, pmlm 11.3) and 71 of 46 fine-tunings with their decoding, so the 16 slots were busy 80% of the
+time. The other two, seed-1 SQuAD controls, diverged (NaN loss): train.py's exit status DIVERGED,
+which now makes a done cell without scores (named on the page, left out of the means). All 90
+cells at those rates (the ablations' pre-trainings at their committed times, taken mostly with two
+processes a GPU, so optimistic: 199 + 140 process-minutes) project to 21 minutes with every slot
+busy, 26 at 80%.
 --per_gpu, --mps, --pre_batch, --compile, --ft_compile and --workers are the knobs.
 The recipe search (tenth session, SYSTEMS' last five): fine-tuning at peak lr 1e-3 beat the study's 3e-4 on
 both tasks for pmlm/AE only (one seed). --ft_lr 1e-3 runs the whole study with it; its cells differ in
@@ -427,17 +430,26 @@ def run_cell(name, task, seed, cfg, args):
     else:
         flags += ["--vocab", vocab_file(cfg, cache, args)]
     t0 = time.time()
-    train.main(flags)
-    ft_seconds = time.time() - t0
     cell = dict(system=name, task=task, seed=seed, objective=spec["objective"],
                 settings=settings_key(cfg), options=dict(pre=spec["pre"], ft=options),
                 pretrained_as=spec["pretrained_as"], pretrain=pre)
+    staged = Path(args.out) / "staged" / f"{cell_stem(name, task, seed)}.json"
+    try:
+        train.main(flags)
+    except SystemExit as e:
+        if e.code != train.DIVERGED:
+            raise
+        # the loss went non-finite: the same seed would again, so the cell is done, without scores
+        cell.update(diverged=True, finetune=dict(seconds=time.time() - t0))
+        atomic_write(staged, json.dumps(cell))
+        return
+    ft_seconds = time.time() - t0
     ft_batch = options.get("batch_size", cfg["ft_batch"])
     cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=ft_seconds,
                             flops=cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, ft_batch,
                                                                    args))
     cell.update(score(out / "ckpt.pt", task, cfg, args, spec["lp"].get(task, TASKS[task]["lp"])))
-    atomic_write(Path(args.out) / "staged" / f"{cell_stem(name, task, seed)}.json", json.dumps(cell))
+    atomic_write(staged, json.dumps(cell))
 
 
 def train_file(task, args):
@@ -751,7 +763,8 @@ def collect(job, args, store):
         write_cell(Path(args.out) / "cells", cell)
     staged.unlink()
     main = TASKS[cell["task"]]["main"]
-    print(f"cell {cell_stem(*job[1:])}: {NAMES[main]} {cell['scores'][main]['f']:.2f}", flush=True)
+    said = "diverged" if cell.get("diverged") else f"{NAMES[main]} {cell['scores'][main]['f']:.2f}"
+    print(f"cell {cell_stem(*job[1:])}: {said}", flush=True)
     return 1
 
 
@@ -760,10 +773,15 @@ def collect(job, args, store):
 T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}
 
 
+def scored(cells):
+    """The cells with scores: a fine-tuning that diverged is a cell (done, not run again) without."""
+    return [c for c in cells.values() if not c.get("diverged")]
+
+
 def summary(cells, name, task, metric):
     """(mean, std, (low, high), n) over the seeds of a system on a task; the 95% interval is
     Student's t over the seeds, or the bootstrap interval of the one run when there is one seed."""
-    rows = [c for c in cells.values() if c["system"] == name and c["task"] == task]
+    rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task]
     values = [c["scores"][metric]["f"] for c in rows]
     if not values:
         return None
@@ -792,16 +810,21 @@ def report(cells, tasks, names, folder="bench/study/cells"):
              "per process, with several processes sharing a GPU.", ""]
     if cells:
         first = next(iter(cells.values()))
-        cards = sorted({f"{c['card']} (torch {c['torch']})" for c in cells.values()})
+        cards = sorted({f"{c['card']} (torch {c['torch']})" for c in scored(cells)})
         lines += [f"Settings: `{json.dumps(first['settings'])}`. Ran on: {', '.join(cards)}.", ""]
     lines += goals(cells, tasks)
+    failed = [c for c in cells.values() if c.get("diverged")]
+    if failed:
+        lines += ["Fine-tunings that diverged (the loss went non-finite; train.py stopped them): "
+                  + "; ".join(f"{c['system']}, {c['task']}, seed {c['seed']}" for c in failed)
+                  + ". They are done but have no scores: the means are over the other seeds.", ""]
     lines += gains(cells, tasks)
     for task in tasks:
         lines += task_table(cells, task, names)
     lines += ["## Sample outputs (seed 0, the first three held-out sources)", ""]
     for name in names:
         for task in tasks:
-            cell = next((c for c in cells.values() if c["system"] == name and c["task"] == task
+            cell = next((c for c in scored(cells) if c["system"] == name and c["task"] == task
                          and c["seed"] == 0), None)
             if cell:
                 lines += [f"**{name}, {task}**", ""]
@@ -820,9 +843,12 @@ def task_table(cells, task, names):
                "fine-tune + decode (min) | FLOPs: pre-train + fine-tune |",
              "|---" * (len(metrics) + 6) + "|"]
     for name in names:
-        rows = [c for c in cells.values() if c["system"] == name and c["task"] == task]
+        rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task]
+        diverged = sum(c["system"] == name and c["task"] == task for c in cells.values()) - len(rows)
+        seeds = f"{len(rows)}" + (f" ({diverged} more diverged)" if diverged else "")
         if not rows:
-            lines.append(f"| {name} | not run yet |" + " |" * (len(metrics) + 4))
+            shown = seeds if diverged else "not run yet"
+            lines.append(f"| {name} | {shown} |" + " |" * (len(metrics) + 4))
             continue
         values = [summary(cells, name, task, m) for m in metrics]
         low, high = summary(cells, name, task, main)[2]
@@ -835,7 +861,7 @@ def task_table(cells, task, names):
         flops = (statistics.mean(p.get("flops", 0) for p in pre),
                  statistics.mean(c["finetune"]["flops"] for c in rows))
         acc = statistics.mean(c["teacher_forced_acc"] for c in rows)
-        lines.append(f"| {name} | {len(rows)} | "
+        lines.append(f"| {name} | {seeds} | "
                      + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _, _ in values)
                      + f" | {interval} | {acc:.1f}% | "
                      + " + ".join(f"{m:.1f}" for m in minutes)

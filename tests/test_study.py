@@ -182,6 +182,50 @@ def test_another_fine_tuning_lr_is_another_study(tmp_path, capsys):
         study.parse_args(["--ft_lr", "0"])
 
 
+def test_a_diverged_fine_tuning_is_a_cell_without_scores(tmp_path, monkeypatch, capsys):
+    """Fine-tuning from random weights at lr 1e-3 diverged twice at the same step (eleventh session):
+    train.py stops such a run with exit status DIVERGED, and the study keeps it as a done cell
+    without scores (not run again), leaves it out of the means and names it on the page. Any other
+    failure stays a failure."""
+    import train
+    args = study.parse_args(["--out", str(tmp_path), "--data_dir", str(tmp_path), "--ft_lr", "1e-3"])
+    cfg = study.settings(args)
+    Path(args.cache_dir).mkdir(parents=True)
+    (Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt").write_text("")
+
+    def diverges(flags):
+        raise SystemExit(train.DIVERGED)
+    monkeypatch.setattr(train, "main", diverges)
+    name, stem = "unilm/no pre-training", "unilm-no-pre-training__gigaword__seed1"
+    study.run_cell(name, "gigaword", 1, cfg, args)
+    store = tmp_path / "store"
+    assert study.collect(("ft", name, "gigaword", 1), args, store) == 1
+    assert f"cell {stem}: diverged" in capsys.readouterr().out
+    cell = study.read_cells(store)[stem]
+    assert cell["diverged"] is True and "scores" not in cell
+    # done: the next run does not try it again
+    done = study.done_cells([store], cfg)
+    todo = [c for c in study.wanted_cells([name], ["gigaword"]) if study.cell_stem(*c) not in done]
+    assert todo == [(name, "gigaword", 0), (name, "gigaword", 2)]
+    # the two seeds that trained make the mean; the page names the third
+    for seed, rl in ((0, 10.0), (2, 12.0)):
+        scores = {m: dict(f=rl, low=rl - 1, high=rl + 1) for m in ("rouge1", "rouge2", "rougeL")}
+        study.write_cell(store, dict(cell, seed=seed, diverged=False, scores=scores,
+                                     teacher_forced_acc=20.0, decode=dict(seconds=1.0),
+                                     finetune=dict(steps=1500, seconds=60.0, flops=1.0),
+                                     examples=[], card="cpu", torch="2"))
+    cells = study.read_cells(store)
+    mean, std, _, n = study.summary(cells, name, "gigaword", "rougeL")
+    assert (mean, n) == (11.0, 2)
+    page = study.report(cells, ["gigaword"], [name])
+    assert f"| {name} | 2 (1 more diverged) | " in page
+    assert f"{name}, gigaword, seed 1" in page
+    # any other exit is a failure, not a cell
+    monkeypatch.setattr(train, "main", lambda flags: sys.exit(1))
+    with pytest.raises(SystemExit):
+        study.run_cell(name, "gigaword", 0, cfg, args)
+
+
 def test_pmlm_ae_only_appends_nothing_and_is_l_ae():
     """UniLMv2 4.6, Table 6 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
     import data

@@ -98,8 +98,10 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, corpus, monke
         return (loss * float("nan") if calls["n"] == 4 else loss), metrics
 
     monkeypatch.setattr(unilm.UniLMObjective, "loss", poisoned)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stopped:
         run(["--objective", "unilm", "--max_steps", "10", "--ckpt_interval", "2"], tmp_path, corpus, "nan")
+    # its own exit status, which bench/study.py reads as a diverged run
+    assert stopped.value.code == train.DIVERGED == 3
     err = capsys.readouterr().err
     assert "non-finite loss nan at step 4" in err and "first example starts" in err
     assert torch.load(tmp_path / "nan" / "ckpt.pt", weights_only=True)["step"] == 2
