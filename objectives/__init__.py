@@ -215,7 +215,7 @@ class Objective:
         and one more [EOS] or [SOS]): a target that cannot fit alone is cut, then the source."""
         room = self.max_len - 3
         tgt = self.truncate(list(tgt), room, "a target")
-        return self.truncate(list(src), room - len(tgt), "a source (beside its target)"), tgt
+        return self.truncate(list(src), room - len(tgt), "a source + target", self.max_len), tgt
 
     def next_token_example(self, ctx, ctx_labels, cont):
         """PALM's and MASS's layout: [SOS] ctx [EOS] (context, bidirectional), then unless cont is
@@ -236,10 +236,10 @@ class Objective:
             ex.step += list(range(1, T + 1))
         return ex
 
-    def truncate(self, ids, room, what):
-        """ids cut to their first `room` tokens; the first cut of `what` says so (a warning)."""
+    def truncate(self, ids, room, what, limit=None):
+        """ids cut to their first `room` tokens; the first `what` longer than `limit` (room) warns."""
         if len(ids) > room:
-            warn_once(f"{self.name}: {what} is longer than {room} tokens; truncated")
+            warn_once(f"{self.name}: {what} is longer than {limit or room} tokens; truncated")
         return ids[:room]
 
     def make_batch(self, examples, rng):

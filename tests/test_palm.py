@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import model as M
+import objectives
 from objectives import get_objective, leakage, masks
 from tests.helpers import input_gradients, tiny_model
 
@@ -257,7 +258,7 @@ def test_training_layout_is_the_decoding_loop(tok):
                                            rtol=1e-4, atol=1e-4)
 
 
-def test_bad_inputs_are_skipped_and_counted(tok):
+def test_bad_inputs_are_skipped_and_counted(tok, monkeypatch):
     obj = get_objective("palm", tok, max_len=16)
     obj.set_step(10, 10)
     good = [[30, 31, 32], [33, 34]]
@@ -274,8 +275,13 @@ def test_bad_inputs_are_skipped_and_counted(tok):
     loss.backward()
     assert loss.item() == 0.0 and all(p.grad is not None for p in model.parameters())
     s2s = get_objective("palm", tok, task="seq2seq", max_len=16)
-    with pytest.warns(UserWarning, match="truncated"):
+    monkeypatch.setattr(objectives, "_warned", set())                  # warn_once warns again in this test
+    with pytest.warns(UserWarning, match="truncated") as said:
         b = s2s.make_batch([([30, 31], []), ([30] * 40, [31] * 5), ([], [32] * 40)], random.Random(0))
+        # sources cut beside targets of other lengths: still one warning, naming max_len
+        s2s.make_batch([([30] * 40, [31] * 6), ([30] * 40, [31] * 7)], random.Random(0))
+    assert [str(w.message) for w in said].count(
+        "palm: a source + target is longer than 16 tokens; truncated") == 1
     assert s2s.skipped == {"empty target": 1}
     assert b.input_ids.size(0) == 2 and int(b.position_ids.max()) < 16
     # the source gives way first (40 -> 16 - 3 - 5 = 8 tokens); a target that cannot fit alone is cut to 13 + [EOS]
