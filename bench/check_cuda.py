@@ -191,20 +191,26 @@ def check_whole_step_bf16(name, model, obj, sources, rows):
     return good
 
 
-def check_copy_scores(dev, rows):
-    """PALM's Eq. 3 scores: the compiled fused kernel (fast.compiled_additive_scores) against the written-out
-    (B, T, S, d) version (model.additive_scores)."""
+def copy_scores_error(dev, scores):
+    """The largest relative error of scores(hm, ws, w) against model.additive_scores at (8, 400/100, 768), fp32:
+    the values and the gradients of hm, ws and w."""
     g = torch.Generator(device=dev).manual_seed(0)
     hm, ws, w = (torch.randn(*shape, device=dev, generator=g, requires_grad=True)
                  for shape in ((8, 400, 768), (8, 100, 768), (768,)))
     outs = []
-    for fn in (M.additive_scores, fast.compiled_additive_scores()):
+    for fn in (M.additive_scores, scores):
         for x in (hm, ws, w):
             x.grad = None
         e = fn(hm, ws, w)
         (e * torch.linspace(-1, 1, e.numel(), device=dev).view_as(e)).sum().backward()
         outs.append([e.detach()] + [x.grad.clone() for x in (hm, ws, w)])
-    err = max(rel(a, b) for a, b in zip(outs[1], outs[0]))
+    return max(rel(a, b) for a, b in zip(outs[1], outs[0]))
+
+
+def check_copy_scores(dev, rows):
+    """PALM's Eq. 3 scores: the compiled fused kernel (fast.compiled_additive_scores) against the written-out
+    (B, T, S, d) version (model.additive_scores)."""
+    err = copy_scores_error(dev, fast.compiled_additive_scores())
     rows.append(("palm", "copy scores: compiled vs eager, values and gradients", f"{err:.2e}", err < 1e-4))
     return err < 1e-4
 
@@ -223,17 +229,7 @@ def check_triton_copy_scores(dev, rows):
     found, ok = check_triton_additive.check(dev, base=True)
     rows.extend((f"triton copy scores: {label}", what, value, good)
                 for label, what, value, good in found)
-    g = torch.Generator(device=dev).manual_seed(0)
-    hm, ws, w = (torch.randn(*shape, device=dev, generator=g, requires_grad=True)
-                 for shape in ((8, 400, 768), (8, 100, 768), (768,)))
-    outs = []
-    for fn in (M.additive_scores, TA.additive_scores):
-        for x in (hm, ws, w):
-            x.grad = None
-        e = fn(hm, ws, w)
-        (e * torch.linspace(-1, 1, e.numel(), device=dev).view_as(e)).sum().backward()
-        outs.append([e.detach()] + [x.grad.clone() for x in (hm, ws, w)])
-    err = max(rel(a, b) for a, b in zip(outs[1], outs[0]))
+    err = copy_scores_error(dev, TA.additive_scores)
     rows.append(("palm", "copy scores: triton vs eager, values and gradients", f"{err:.2e}", err < 1e-4))
     return ok and err < 1e-4
 
