@@ -332,16 +332,31 @@ def check_packed_model(dev, rows):
     return err < 1e-4
 
 
-def check_build(rows):
-    """Build the three kernels for an H100 (sm_90) without one, with triton's own ptxas: what the
-    interpreter lets through and the compiler does not (a rule-of-Triton error, a spill). Reports
-    each kernel's stack bytes a thread (0: everything in registers) and shared memory."""
+def build_sm90(fn, signature, consts, cubin_name, **options):
+    """Compile a Triton kernel for an H100 (sm_90) without one, with triton's own ptxas, -> (kernel,
+    "REG:n", "STACK:n"): its registers and stack bytes a thread, read by cuobjdump from the cubin."""
     import subprocess
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from fast import triton_bias as FBA
+    kernel = triton.compile(ASTSource(fn, signature, constexprs=consts),
+                            target=GPUTarget("cuda", 90, 32), options=options)
+    cubin = Path(os.environ.get("TMPDIR", "/tmp"), cubin_name)
+    cubin.write_bytes(kernel.asm["cubin"])
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)],
+                           capture_output=True, text=True).stdout
+    words = usage.replace(",", " ").split()
+    regs = next(w for w in words if w.startswith("REG:"))
+    stack = next(w for w in words if w.startswith("STACK:"))
+    return kernel, regs, stack
+
+
+def check_build(rows):
+    """Build the three kernels for an H100 (sm_90) without one, with triton's own ptxas: what the
+    interpreter lets through and the compiler does not (a rule-of-Triton error, a spill). Reports
+    each kernel's stack bytes a thread (0: everything in registers) and shared memory."""
+    from fast import triton_bias as FBA
     pointers = dict(LSE="fp32", DELTA="fp32", BIAS="fp32", DTABLE="fp32", TILES="i8")
     ints = {"H", "L", "n_tiles", "n_dist", "offset"}
     ok = True
@@ -369,16 +384,8 @@ def check_build(rows):
             if "TABLE" in extra:
                 label += f", table gradient by {extra['TABLE']}"
             try:
-                kernel = triton.compile(ASTSource(fn, signature, constexprs=consts),
-                                        target=GPUTarget("cuda", 90, 32),
-                                        options=dict(num_warps=warps, num_stages=stages))
-                cubin = Path(os.environ.get("TMPDIR", "/tmp"), "triton_bias.cubin")
-                cubin.write_bytes(kernel.asm["cubin"])
-                usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)],
-                                       capture_output=True, text=True).stdout
-                words = usage.replace(",", " ").split()
-                stack = next(w for w in words if w.startswith("STACK:"))
-                regs = next(w for w in words if w.startswith("REG:"))
+                kernel, regs, stack = build_sm90(fn, signature, consts, "triton_bias.cubin",
+                                                 num_warps=warps, num_stages=stages)
                 wgmma = kernel.asm["ptx"].count("wgmma.mma_async")
                 rows.append(("build, sm_90", label, f"{regs}, {stack}, shared "
                              f"{kernel.metadata.shared} B, {wgmma} wgmma", True))

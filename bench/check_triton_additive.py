@@ -112,12 +112,8 @@ def check_model(dev, rows):
 def check_build(rows):
     """Build the three kernels for an H100 (sm_90) without one, with triton's own ptxas. Reports
     each kernel's registers and stack bytes a thread (0: everything in registers)."""
-    import subprocess
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from bench.check_triton import build_sm90
     from fast import triton_additive as TA
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     ok = True
     for dtype, tanh in (("bf16", "exp2"), ("fp32", "exp2"), ("bf16", "approx")):
         for fn, shape in ((TA._additive_forward, TA.FORWARD),
@@ -137,16 +133,8 @@ def check_build(rows):
                     signature[name] = "i32"
             label = f"{fn.__name__}, hm/ws {dtype}, tiles {shape}, tanh by {tanh}"
             try:
-                kernel = triton.compile(ASTSource(fn, signature, constexprs=consts),
-                                        target=GPUTarget("cuda", 90, 32),
-                                        options=dict(num_warps=warps))
-                cubin = Path(os.environ.get("TMPDIR", "/tmp"), "triton_additive.cubin")
-                cubin.write_bytes(kernel.asm["cubin"])
-                usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)],
-                                       capture_output=True, text=True).stdout
-                words = usage.replace(",", " ").split()
-                stack = next(w for w in words if w.startswith("STACK:"))
-                regs = next(w for w in words if w.startswith("REG:"))
+                kernel, regs, stack = build_sm90(fn, signature, consts, "triton_additive.cubin",
+                                                 num_warps=warps)
                 ptx = kernel.asm["ptx"]
                 # the special-function instructions, and the shuffles of sums across threads
                 counts = ", ".join(f"{ptx.count(op)} {op.split('.')[0]}"
