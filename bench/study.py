@@ -563,9 +563,10 @@ def teacher_forced_accuracy(model, tok, obj, sources, refs, batch_size=64):
 
 # --- the scheduler: K processes per GPU, a time limit, resumable ------------------------------------
 
-def plan(todo, args):
+def plan(todo, args, seconds=None):
     """Jobs for the missing cells: ("pre", system, seed) for each pre-training they need that is not
-    done on this machine, then ("ft", system, task, seed) per cell."""
+    done on this machine, then ("ft", system, task, seed) per cell. seconds: a pre-training's wall
+    time in earlier cells, by system (pretrain_seconds), to start the longest of a seed first."""
     pres = []
     for name, task, seed in todo:
         spec = SYSTEMS[name]
@@ -574,9 +575,20 @@ def plan(todo, args):
         done = (pre_dir(args, source, seed) / "done.json").exists()
         if not spec["control"] and job not in pres and not done:
             pres.append(job)
-    # seed 0 of every system first: a study cut short has every system once
-    pres.sort(key=lambda j: j[2])
+    # seed 0 of every system first: a study cut short has every system once; within a seed the
+    # longest first, so the last to start are short (a long one started late sets the wall time)
+    seconds = seconds or {}
+    pres.sort(key=lambda j: (j[2], -seconds.get(j[1], 0.0)))
     return pres + [("ft", name, task, seed) for name, task, seed in sorted(todo, key=lambda c: c[2])]
+
+
+def pretrain_seconds(cells):
+    """{system: mean wall seconds of its pre-training} over these cells (of any settings)."""
+    runs = {}
+    for c in cells.values():
+        if c.get("pretrain"):
+            runs.setdefault(c.get("pretrained_as") or c["system"], {})[c["seed"]] = c["pretrain"]["seconds"]
+    return {name: statistics.mean(by_seed.values()) for name, by_seed in runs.items()}
 
 
 def ready(job, args):
@@ -633,6 +645,8 @@ def schedule(jobs, args, store):
                 break
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
+                if args.stop_after_cells and new_cells >= args.stop_after_cells:
+                    break              # exactly that many cells: the others count as in flight
                 job, slot, t0 = running.pop(proc)
                 free.append(slot)
                 busy.append(time.time() - t0)
@@ -1067,7 +1081,7 @@ def run(args):
     todo = [c for c in wanted if cell_stem(*c) not in done]
     print(f"{len(wanted) - len(todo)} cells done, {len(todo)} to run", flush=True)
     t0 = time.time()
-    jobs = plan(todo, args)
+    jobs = plan(todo, args, pretrain_seconds({**read_cells(CELLS), **done}))
     if jobs:
         prepare(cfg, args, ernie=any(SYSTEMS[j[1]]["objective"] == "ernie_gen" for j in jobs),
                 progress=not args.tiny)

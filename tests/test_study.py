@@ -104,6 +104,25 @@ def test_plan_shares_pretraining_and_puts_seed_zero_first(tmp_path):
     assert study.next_job(left, args) == ("ft", "ernie_gen", "gigaword", 0)
 
 
+def test_plan_starts_the_longest_pretraining_of_a_seed_first(tmp_path):
+    """Within a seed the pre-trainings go longest first (their wall time in earlier cells), so the
+    last to start, when the slots run out, are the short ones (twelfth session's 4x H200 calls)."""
+    args = study.parse_args(["--out", str(tmp_path), "--only", "unilm,palm,pmlm"])
+    todo = study.wanted_cells(study.systems_of(args), ["gigaword"], 2)
+    cells = {f"{n}-{k}": dict(system=n, seed=k, pretrained_as=None, pretrain=dict(seconds=s))
+             for n, s in [("unilm", 250.0), ("palm", 430.0), ("pmlm", 500.0)] for k in (0, 1)}
+    # a diagnostic that reuses palm's pre-training adds no second time for it
+    cells["diag"] = dict(system="palm/x", seed=0, pretrained_as="palm", pretrain=dict(seconds=430.0))
+    cells["control"] = dict(system="unilm/no pre-training", seed=0, pretrained_as=None, pretrain=None)
+    seconds = study.pretrain_seconds(cells)
+    assert seconds == {"unilm": 250.0, "palm": 430.0, "pmlm": 500.0}
+    pres = [j[1:] for j in study.plan(todo, args, seconds) if j[0] == "pre"]
+    assert pres == [("pmlm", 0), ("palm", 0), ("unilm", 0), ("pmlm", 1), ("palm", 1), ("unilm", 1)]
+    # without earlier times: SYSTEMS' order within a seed
+    assert [j[1:] for j in study.plan(todo, args) if j[0] == "pre"][:3] == [
+        ("unilm", 0), ("pmlm", 0), ("palm", 0)]
+
+
 def test_cells_round_trip_and_other_settings_are_ignored(tmp_path, capsys):
     cfg = study.settings(study.parse_args(["--tiny"]))
     cell = dict(system="ernie_gen/no span flow", task="gigaword", seed=2,
