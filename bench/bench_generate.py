@@ -15,7 +15,7 @@ sync a step), "KV cache + CUDA graph" (the model step's graph with generate's re
 fast_search=False), "KV cache" (cuda_graph=False: the readable model.KVCache and search, eager),
 "no cache" (recomputation). Without CUDA (--tiny on a CPU) the graph rows are left out (no graph runs there) and
 "KV cache + device search" (fast_search=True on the readable cache) stands in. The model gets fast.speed_up's pieces
-as generate.py's command line gives them (on CUDA: the compiled copy scores).
+as generate.py's command line gives them (on CUDA: Triton's copy scores where triton imports, --copy_scores).
 
 Run:  python bench/bench_generate.py                  # on a GPU; prints a markdown table, writes $OUT/*.json
       python bench/bench_generate.py --tiny           # a seconds-long CPU smoke run of the same code
@@ -105,7 +105,7 @@ def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, who
     cfg["max_position"] = max(cfg["max_position"], args.src_len + args.new_tokens)
     torch.manual_seed(0)
     model = M.Transformer(M.ModelConfig(**cfg)).to(device=device, dtype=dtype).eval()
-    fast.speed_up(model, compile=False)                     # as generate.py's command line does
+    fast.speed_up(model, compile=False, copy_scores=args.copy_scores)   # as generate.py's command line does
     rng = random.Random(0)
     sources = [[rng.randrange(len(SPECIAL_TOKENS) + 1, args.vocab) for _ in range(args.src_len - 2)]
                for _ in range(args.batch)]
@@ -179,6 +179,8 @@ def main():
     p.add_argument("--rows", default="all", help=f"comma list of {', '.join(ROWS)} (all: every row that runs "
                    "on this device; the graph rows need CUDA, cache_device stands in for them on a CPU)")
     p.add_argument("--no_bart", action="store_true")
+    p.add_argument("--copy_scores", default="auto", choices=("auto", "triton", "compiled"),
+                   help="PALM's copy scores on CUDA (fast.speed_up's)")
     p.add_argument("--no_nocache", action="store_true", help="skip the (slow) no-cache rows")
     p.add_argument("--profile", action="store_true", help="profile one more call of each row: where a step goes")
     args = p.parse_args()

@@ -44,7 +44,10 @@ from objectives import get_objective                # noqa: E402
 from tokenizer import SPECIAL_TOKENS                # noqa: E402
 
 RUNS = [("unilm", {}, "unilm"), ("pmlm", {}, "pmlm"), ("ernie_gen", {}, "ernie_gen"),
-        ("palm", {}, "palm (copy)"), ("palm", {"copy": False}, "palm (no copy)")]
+        ("palm", {}, "palm (copy)"), ("palm", {"copy_scores": "compiled"}, "palm (compiled copy)"),
+        ("palm", {"copy": False}, "palm (no copy)")]
+# a RUNS option that is not the objective's: how fast.speed_up computes PALM's copy scores on CUDA
+FAST_OPTIONS = ("copy_scores",)
 
 
 def passages(n, length, vocab_size, rng):
@@ -117,6 +120,8 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     pack: several passages a row (train.py --pack true); dynamic: the blocks compiled for any shape."""
     preset = preset or args.preset
     batch_size = batch or args.batch
+    copy_scores = options.get("copy_scores", "auto")
+    options = {k: v for k, v in options.items() if k not in FAST_OPTIONS}
     obj = get_objective(name, tok, max_len=M.PRESETS[preset]["max_position"], **options)
     obj.set_step(10 ** 9, 10 ** 9)                 # PALM: stage 2 (continuation + copy)
     cfg = M.ModelConfig(**{**M.PRESETS[preset], "vocab_size": len(tok), "dropout": 0.1, "attn_impl": impl,
@@ -127,7 +132,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     whole = getattr(args, "whole", "")
     # the fast layer as train.py switches it on: BucketBias and compiled copy scores on CUDA, compiled blocks
     # (--whole: no compiled blocks; the forward and the loss compiled as one function, below)
-    fast.speed_up(model, compile=compiled and not whole, dynamic=dynamic)
+    fast.speed_up(model, compile=compiled and not whole, dynamic=dynamic, copy_scores=copy_scores)
     if compiled:
         obj.pad_multiple = 64                      # as train.py does when it compiles
     rng = random.Random(0)
@@ -228,7 +233,10 @@ def bench_loop(name, options, label, args, device, pack=False):
     pack: False, True (train.py --pack true) or an int m (--pack true with plan_packing's cheapest
     width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures)."""
     import train
-    packing = train.packing
+    packing, speed_up = train.packing, fast.speed_up
+    # train.py's fast.speed_up with this run's copy scores
+    fast.speed_up = functools.partial(speed_up, copy_scores=options.get("copy_scores", "auto"))
+    options = {k: v for k, v in options.items() if k not in FAST_OPTIONS}
     if isinstance(pack, tuple):                # ("steady", m): train.py's one width, a multiple of m
         train.packing = lambda cfg, model, device: fast.SteadyPacking(multiple=pack[1])
     elif pack is not True and pack:
@@ -250,7 +258,7 @@ def bench_loop(name, options, label, args, device, pack=False):
     try:
         train.main(flags)
     finally:
-        train.packing = packing
+        train.packing, fast.speed_up = packing, speed_up
     suffix = (f" packed, one width x{pack[1]}" if isinstance(pack, tuple)
               else {False: "", True: " packed"}.get(pack, f" packed, cheapest width x{pack}"))
     print(f"{label}{suffix}: the blocks compiled "

@@ -18,6 +18,8 @@
 #                                             # CUDA graphs: reduce-overhead), with HF compiled, same run
 #   bash bench/loop_profile_gpu.sh steady     # train.py's loop: one passage a row, packed at one width x64 (train.py's)
 #                                             # and at one width x8, same run
+#   bash bench/loop_profile_gpu.sh copy       # PALM's copy scores by Triton (speed_up's default) against compiled, and
+#                                             # no copy head: bare steps, train.py's loop, beam-5 decoding; check_cuda triton
 #   bash bench/loop_profile_gpu.sh triton     # pmlm's step with the Triton attention: the dQ kernel's bias gradient
 #                                             # by prefix sums against the loop over buckets; then check_triton --base
 set -uo pipefail
@@ -45,6 +47,17 @@ case "${1:-loop}" in
     timeout 200 python -u bench/check_cuda.py decode 2>&1 | tee "$OUT/check_cuda_decode.txt" | grep -v USDT | tail -60
     python bench/bench_generate.py --objectives unilm,pmlm,ernie_gen,palm --no_nocache 2>&1 \
       | tee "$OUT/bench_generate.txt" | grep -v USDT | tail -40 ;;
+  copy)
+    ONLY="palm (copy),palm (compiled copy),palm (no copy)"
+    timeout 200 python bench/bench_train.py --part bare --impls sdpa --no_hf --steps 30 --only "$ONLY" 2>&1 \
+      | tee "$OUT/bench_copy_bare.txt" | grep -E "^\| |^part|torch|Error|error"
+    timeout 200 python bench/bench_train.py --part loop --pack off --loop_steps 80 --only "$ONLY" 2>&1 \
+      | tee "$OUT/bench_copy_loop.txt" | grep -E "^\| |^part|torch|Error|error"
+    for way in auto compiled; do
+      timeout 90 python bench/bench_generate.py --objectives palm --rows whole --no_nocache --no_bart \
+        --copy_scores $way 2>&1 | tee "$OUT/bench_generate_copy_$way.txt" | grep -E "^\| |Error|error"
+    done
+    timeout 100 python -u bench/check_cuda.py triton 2>&1 | tee "$OUT/check_cuda_triton.txt" | grep -v USDT | tail -25 ;;
   decode_profile)
     python bench/bench_generate.py --objectives unilm,palm --rows whole,device --profile --no_bart --repeats 1 2>&1 \
       | tee "$OUT/profile_generate.txt" | grep -v USDT | tail -90 ;;

@@ -4,7 +4,7 @@
     python bench/profile_step.py --only "pmlm,pmlm triton"   # the same for pmlm with fast/triton_bias.py's attention
     python bench/profile_step.py --only "pmlm triton,pmlm triton loop"   # its dQ kernel's bias gradient, new and old
     python bench/profile_step.py --part bias     # pmlm steps with each implementation of the relative bias
-    python bench/profile_step.py --only "palm (copy),palm (triton copy),palm (no copy)"   # PALM's copy head
+    python bench/profile_step.py --only "palm (copy),palm (compiled copy),palm (no copy)"   # PALM's copy head
     python bench/profile_step.py --part copy     # PALM's additive copy scores, several ways (Triton's too)
     python bench/profile_step.py --part triton   # fast/triton_bias.py (Triton) against SDPA: attention, pmlm step
     python bench/profile_step.py --tiny          # CPU smoke run of both parts
@@ -69,12 +69,9 @@ def table_gradient(way):
     return before
 
 
-def profile_run(name, impl, options, label, tok, examples, args, device, triton=None, triton_copy=False):
-    """triton: None (the step as built), or how the Triton kernel sums the bias gradient ("prefix", "loop").
-    triton_copy: PALM's copy scores by fast/triton_additive.py (fast.use_triton_additive) instead of compiled."""
+def profile_run(name, impl, options, label, tok, examples, args, device, triton=None):
+    """triton: None (the step as built), or how the Triton kernel sums the bias gradient ("prefix", "loop")."""
     s = build_step(name, impl, options, tok, examples, args, device)
-    if triton_copy:
-        fast.use_triton_additive(s["model"])
     if triton:
         fast.use_triton_bias(s["model"])                 # the flex model's attention, by fast/triton_bias.py
         before = table_gradient(triton)
@@ -112,6 +109,12 @@ def profile_steps(s, label, impl, args, device):
     for e in sorted(events, key=lambda e: -getattr(e, attr))[:15]:
         ms = getattr(e, attr) / n / 1000
         say(f"| {e.key[:90]} | {e.count / n:.0f} | {ms:.2f} | {ms / total:.1%} |")
+    if device.type == "cuda":
+        # the host's side: where the CPU's time a step goes (what the GPU waits for, when it is not busy)
+        host = [e for e in prof.key_averages() if e.device_type.name == "CPU"]
+        say("| host op (self CPU time) | calls a step | ms a step |\n|---|---|---|")
+        for e in sorted(host, key=lambda e: -e.self_cpu_time_total)[:12]:
+            say(f"| {e.key[:90]} | {e.count / n:.0f} | {e.self_cpu_time_total / n / 1000:.2f} |")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -500,17 +503,16 @@ def main():
     if args.part == "steps":
         runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
                 "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False}),
-                "palm (triton copy)": ("palm", "sdpa", {}),
+                "palm (compiled copy)": ("palm", "sdpa", {"copy_scores": "compiled"}),
                 "pmlm triton": ("pmlm", "flex", {}), "pmlm triton loop": ("pmlm", "flex", {})}
         for label in args.only.split(","):
             name, impl, options = runs[label]
             if impl == "flex" and device.type != "cuda":
                 continue
             # "pmlm triton loop": the dQ kernel's bias gradient by the loop over buckets (the kernel before)
-            triton = ("loop" if label.endswith("loop") else "prefix") if "triton" in label else None
+            triton = ("loop" if label.endswith("loop") else "prefix") if label.startswith("pmlm triton") else None
             try:
-                profile_run(name, impl, options, label, tok, examples, args, device, triton=triton,
-                            triton_copy=label == "palm (triton copy)")
+                profile_run(name, impl, options, label, tok, examples, args, device, triton=triton)
             except Exception as e:
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
             if device.type == "cuda":

@@ -11,7 +11,8 @@ a GPU, values and gradients, at base size.
 
 The switches that reach it (on a CPU the readable path is the default everywhere):
     ModelConfig.attn_impl = "flex"      FlexAttention (Transformer.encode -> encode_flex)
-    fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, compiled copy scores, blocks
+    fast.speed_up(model, compile=...)   train.py on CUDA: BucketBias, Triton (else compiled) copy
+                                        scores, compiled blocks
     train.py --pack true (off: default) several passages a row: plan_packing in data.StepBatches,
                                         the Packed view in train.LossModule
     generate(..., cuda_graph=None)      decoding on CUDA: StaticStep, replayed as a CUDA graph, and
@@ -62,16 +63,17 @@ _COMPILED = {}
 # The switch for training
 
 
-def speed_up(model, compile=True, dynamic=False):
+def speed_up(model, compile=True, dynamic=False, copy_scores="auto"):
     """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and
-    PALM's compiled copy scores; with compile, torch.compile of every block (any device; dynamic:
-    compile_blocks's). -> model. On a CPU without compile it changes nothing
+    PALM's fast copy scores (copy_scores: "auto", fast/triton_additive.py's kernels where triton
+    imports, else "compiled", compiled_additive_scores); with compile, torch.compile of every block
+    (any device; dynamic: compile_blocks's). -> model. On a CPU without compile it changes nothing
     (tests/test_fast.py)."""
     if next(model.parameters()).is_cuda:
         if model.rel_bias is not None:
             model.rel_bias.fast_lookup = BucketBias.apply
         if model.copy_head is not None:
-            model.copy_head.fast_scores = compiled_additive_scores()
+            model.copy_head.fast_scores = fast_copy_scores(copy_scores)
     if compile:
         compile_blocks(model, dynamic)
     return model
@@ -419,13 +421,39 @@ def compiled_additive_scores():
     return _COMPILED["scores"]
 
 
+def fast_copy_scores(way="auto"):
+    """PALM's copy scores on a GPU: "compiled" (compiled_additive_scores), "triton"
+    (fast/triton_additive.py), or "auto": Triton's where triton imports, for a full tile of target
+    rows or more (training: a PALM step at base size 45.9 ms against 56.2 ms compiled on an H200),
+    the compiled function for fewer (decoding's one row a beam: beam 5 took 0.360 s a batch with
+    Triton's tiles, 0.277 s compiled; bench/RESULTS.md, twelfth session)."""
+    if way not in ("auto", "triton", "compiled"):
+        raise ValueError(f"copy_scores {way!r}: auto, triton or compiled")
+    compiled = compiled_additive_scores()
+    if way == "compiled":
+        return compiled
+    try:
+        from fast import triton_additive
+    except ImportError:
+        if way == "triton":
+            raise
+        return compiled
+    if way == "triton":
+        return triton_additive.additive_scores
+    rows = triton_additive.FORWARD[0]
+
+    def scores(hm, ws, w):
+        return (triton_additive.additive_scores if ws.size(1) >= rows else compiled)(hm, ws, w)
+    return scores
+
+
 def use_triton_additive(model, on=True):
     """Compute PALM's copy scores (Eq. 3) with fast/triton_additive.py's Triton kernels (tiles of
-    scores, as a matrix product: hm and ws read once a tile, not once a (t, j) pair) instead of
-    speed_up's compiled function. CUDA, or a CPU under Triton's interpreter (TRITON_INTERPRET=1,
+    scores, as a matrix product: hm and ws read once a tile, not once a (t, j) pair), as speed_up
+    does on CUDA where triton imports. CUDA, or a CPU under Triton's interpreter (TRITON_INTERPRET=1,
     slow: tests only). Needs triton, which the project does not require. Twin:
     model.additive_scores (bench/check_triton_additive.py; bench/check_cuda.py on a GPU). -> model;
-    off: the readable function again (speed_up puts the compiled one back)."""
+    off: the readable function again."""
     if model.copy_head is not None:
         if on:
             from fast import triton_additive                # fails here without triton

@@ -49,6 +49,53 @@ def test_speed_up_keeps_the_readable_path_on_a_cpu():
     assert model.rel_bias.fast_lookup is None and model.copy_head.fast_scores is None
 
 
+def fake_triton_additive(monkeypatch, module):
+    """fast/triton_additive.py as `from fast import triton_additive` will find it: `module`, or None
+    for a machine where it does not import (no triton)."""
+    import sys
+    monkeypatch.setitem(sys.modules, "fast.triton_additive", module)
+    if module is None:
+        monkeypatch.delattr(fast, "triton_additive", raising=False)
+    else:
+        monkeypatch.setattr(fast, "triton_additive", module, raising=False)
+
+
+def test_fast_copy_scores_picks_triton_for_training_rows_and_compiled_for_decoding(monkeypatch):
+    """speed_up's copy scores on CUDA ("auto"): Triton's tiles where a full tile of target rows is there
+    (training: 1.23x a PALM step on an H200), the compiled function for fewer (decoding's one row a beam,
+    where the tiles were slower); "compiled" and "triton" force one; a typo is one clear error. Both
+    functions are fakes here (they need a GPU or Triton's slow interpreter; bench/check_cuda.py holds
+    both equal to model.additive_scores)."""
+    import types
+    calls = []
+    rows = 32
+    module = types.SimpleNamespace(FORWARD=(rows, 32, 16, 8),
+                                   additive_scores=lambda hm, ws, w: calls.append("triton"))
+    fake_triton_additive(monkeypatch, module)
+    monkeypatch.setattr(fast, "compiled_additive_scores", lambda: lambda hm, ws, w: calls.append("compiled"))
+    hm, w = torch.zeros(2, 9, 4), torch.zeros(4)
+    scores = fast.fast_copy_scores()
+    for T in (1, 5, rows - 1, rows, 3 * rows + 1):
+        scores(hm, torch.zeros(2, T, 4), w)
+    assert calls == ["compiled"] * 3 + ["triton"] * 2
+    calls.clear()
+    fast.fast_copy_scores("compiled")(hm, torch.zeros(2, 100, 4), w)
+    fast.fast_copy_scores("triton")(hm, torch.zeros(2, 1, 4), w)
+    assert calls == ["compiled", "triton"]
+    with pytest.raises(ValueError, match="copy_scores 'fused': auto, triton or compiled"):
+        fast.fast_copy_scores("fused")
+
+
+def test_fast_copy_scores_without_triton_is_the_compiled_function(monkeypatch):
+    """Where triton does not import, "auto" falls back to the compiled function; "triton" fails there."""
+    fake_triton_additive(monkeypatch, None)
+    compiled = object()
+    monkeypatch.setattr(fast, "compiled_additive_scores", lambda: compiled)
+    assert fast.fast_copy_scores() is compiled
+    with pytest.raises(ImportError):
+        fast.fast_copy_scores("triton")
+
+
 def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkeypatch):
     """train.py compiles the blocks for any shape (dynamic=True): the count of rows changes with packing and
     with the examples an objective skips, and compiling once per shape ran the study's ERNIE-GEN pre-training
