@@ -838,7 +838,7 @@ def report(cells, tasks, names, folder="bench/study/cells"):
         lines += ["Fine-tunings that diverged (the loss went non-finite; train.py stopped them): "
                   + "; ".join(f"{c['system']}, {c['task']}, seed {c['seed']}" for c in failed)
                   + ". They are done but have no scores: the means are over the other seeds.", ""]
-    lines += gains(cells, tasks)
+    lines += gains(cells, tasks, names)
     for task in tasks:
         lines += task_table(cells, task, names)
     lines += ["## Sample outputs (seed 0, the first three held-out sources)", ""]
@@ -921,12 +921,13 @@ def goals(cells, tasks):
     return lines + [""]
 
 
-def gains(cells, tasks):
+def gains(cells, tasks, names=SYSTEMS):
     """What pre-training adds: each pre-trained system minus the same fine-tuning from random
-    weights (PALM with and without its copy head; ERNIE-GEN with and without fine-tuning noise)."""
+    weights (PALM with and without its copy head; ERNIE-GEN with and without fine-tuning noise), for
+    the pairs whose two systems are among names."""
     lines = ["## What pre-training adds", "",
              "| pre-trained | control | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-    for full, ctrl in GAIN_PAIRS:
+    for full, ctrl in [(a, b) for a, b in GAIN_PAIRS if a in names and b in names]:
         row = []
         for task in tasks:
             main = TASKS[task]["main"]
@@ -1116,13 +1117,17 @@ def import_cells(args):
 
 
 def write_report(args):
+    """The page of a cells folder: the three-seed systems (a missing one shows as not run yet) and
+    every one-seed system that has cells there."""
     cells = read_cells(args.cells or CELLS)
+    ran = {c["system"] for c in cells.values()}
+    names = [n for n, spec in SYSTEMS.items() if spec["seeds"] is None or n in ran]
     tasks = sorted({c["task"] for c in cells.values()}, key=list(TASKS).index) or ["gigaword",
                                                                                   "squad_qg"]
     folder = Path(args.cells or CELLS).resolve()
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
-    atomic_write(args.page, report(cells, tasks, list(SYSTEMS), shown.as_posix()))
-    print(f"{args.page}: {len(cells)} cell(s) of {len(SYSTEMS)} systems")
+    atomic_write(args.page, report(cells, tasks, names, shown.as_posix()))
+    print(f"{args.page}: {len(cells)} cell(s) of {len(ran)} systems")
 
 
 def watch_scheduler():

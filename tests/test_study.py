@@ -245,6 +245,29 @@ def test_a_diverged_fine_tuning_is_a_cell_without_scores(tmp_path, monkeypatch, 
         study.run_cell(name, "gigaword", 0, cfg, args)
 
 
+def test_a_folder_page_names_the_three_seed_systems_and_the_others_it_ran(tmp_path, capsys):
+    """A cells folder's page (report --cells): every three-seed system, a missing one as not run yet;
+    a one-seed diagnostic or recipe variant only where the folder has its cells (the lr 1e-3 study
+    runs none of them, and its page listed 13 of them as not run yet)."""
+    store = tmp_path / "cells"
+    scores = {m: dict(f=20.0, low=19.0, high=21.0) for m in ("rouge1", "rouge2", "rougeL")}
+    for name in ("unilm", "unilm/no pre-training", "ernie_gen/ft noise 0.3"):
+        study.write_cell(store, dict(system=name, task="gigaword", seed=0, settings={"ft_lr": 1e-3},
+                                     scores=scores, teacher_forced_acc=20.0, decode=dict(seconds=1.0),
+                                     pretrain=None, finetune=dict(steps=1500, seconds=60.0, flops=1.0),
+                                     examples=[], card="cpu", torch="2"))
+    page = tmp_path / "page.md"
+    study.write_report(study.parse_args(["report", "--cells", str(store), "--page", str(page)]))
+    assert "3 cell(s) of 3 systems" in capsys.readouterr().out
+    text = page.read_text()
+    assert "| unilm | 1 |" in text and "| ernie_gen/ft noise 0.3 | 1 |" in text
+    assert "| unilm/no seq2seq LM | not run yet |" in text
+    assert "ernie_gen/ft noise 0 |" not in text and "pmlm/AE only/ft lr 1e-4" not in text
+    # what pre-training adds: the pairs of the systems on the page
+    assert "| unilm | unilm/no pre-training | +0.00 ROUGE-L" in text
+    assert "| ernie_gen/ft noise 0 | ernie_gen/ft noise 0/no pre-training |" not in text
+
+
 def test_pmlm_ae_only_appends_nothing_and_is_l_ae():
     """UniLMv2 4.6, Table 6 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
     import data
