@@ -539,8 +539,20 @@ def score(ckpt, task, cfg, args, length_penalty):
     scores["bleu"] = dict(f=evaluate.bleu(hyps, refs), low=None, high=None)
     examples = [dict(source=s, reference=r, output=h) for s, r, h in zip(sources, refs, hyps)][:3]
     card = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    return dict(scores=scores, teacher_forced_acc=accuracy, decode=dict(seconds=seconds),
+    # how much of what the system writes it takes from the source (the references' share beside it)
+    copied = dict(outputs=copy_rate(hyps, sources), references=copy_rate(refs, sources))
+    return dict(scores=scores, teacher_forced_acc=accuracy, decode=dict(seconds=seconds, copied=copied),
                 examples=examples, torch=torch.__version__, card=card)
+
+
+def copy_rate(texts, sources):
+    """Percent of the words of texts (split on spaces, as scored) that occur in their source."""
+    inside = total = 0
+    for text, source in zip(texts, sources):
+        words, seen = text.split(), set(source.split())
+        inside += sum(word in seen for word in words)
+        total += len(words)
+    return 100 * inside / max(1, total)
 
 
 def teacher_forced_accuracy(model, tok, obj, sources, refs, batch_size=64):
@@ -826,8 +838,9 @@ def report(cells, tasks, names, folder="bench/study/cells"):
              "A value is the mean ± the standard deviation over seeds; the 95% interval is Student's "
              "t over the seeds (with one seed: that run's bootstrap interval; BLEU has none). "
              "Teacher-forced accuracy: the share of held-out reference tokens that are the model's "
-             "first choice given the true prefix, read through the decoding loop. Wall times are "
-             "per process, with several processes sharing a GPU.", ""]
+             "first choice given the true prefix, read through the decoding loop. Words from the "
+             "source: the share of the decoded words (and of the references') found in their "
+             "source. Wall times are per process, with several processes sharing a GPU.", ""]
     if cells:
         first = next(iter(cells.values()))
         cards = sorted({f"{c['card']} (torch {c['torch']})" for c in scored(cells)})
@@ -860,15 +873,15 @@ def task_table(cells, task, names):
     lines = [f"## {task}", "",
              "| system | seeds | " + " | ".join(NAMES[m] for m in metrics)
              + f" | 95% interval ({NAMES[main]}) | teacher-forced acc | wall time: pre-train + "
-               "fine-tune + decode (min) | FLOPs: pre-train + fine-tune |",
-             "|---" * (len(metrics) + 6) + "|"]
+               "fine-tune + decode (min) | FLOPs: pre-train + fine-tune | words from the source |",
+             "|---" * (len(metrics) + 7) + "|"]
     for name in names:
         rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task]
         diverged = sum(c["system"] == name and c["task"] == task for c in cells.values()) - len(rows)
         seeds = f"{len(rows)}" + (f" ({diverged} more diverged)" if diverged else "")
         if not rows:
             shown = seeds if diverged else "not run yet"
-            lines.append(f"| {name} | {shown} |" + " |" * (len(metrics) + 4))
+            lines.append(f"| {name} | {shown} |" + " |" * (len(metrics) + 5))
             continue
         values = [summary(cells, name, task, m) for m in metrics]
         low, high = summary(cells, name, task, main)[2]
@@ -881,11 +894,15 @@ def task_table(cells, task, names):
         flops = (statistics.mean(p.get("flops", 0) for p in pre),
                  statistics.mean(c["finetune"]["flops"] for c in rows))
         acc = statistics.mean(c["teacher_forced_acc"] for c in rows)
+        # cells from before the twelfth session did not measure it
+        copied = [c["decode"]["copied"] for c in rows if "copied" in c["decode"]]
+        copied = (f"{statistics.mean(x['outputs'] for x in copied):.1f}% (references "
+                  f"{statistics.mean(x['references'] for x in copied):.1f}%)") if copied else "-"
         lines.append(f"| {name} | {seeds} | "
                      + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _, _ in values)
                      + f" | {interval} | {acc:.1f}% | "
                      + " + ".join(f"{m:.1f}" for m in minutes)
-                     + f" | {flops[0]:.2e} + {flops[1]:.2e} |")
+                     + f" | {flops[0]:.2e} + {flops[1]:.2e} | {copied} |")
     return lines + [""]
 
 

@@ -47,6 +47,7 @@ def test_tiny_study_two_workers_interrupted_resumed_imported_reported(tmp_path):
         assert r["task"] == "docsum" and r["seed"] == 0 and r["card"] == "cpu"
         assert all(0 <= r["scores"][m]["f"] <= 100 for m in ("rouge1", "rouge2", "rougeL", "bleu"))
         assert 0 <= r["teacher_forced_acc"] <= 100 and r["finetune"]["flops"] > 0
+        assert all(0 <= r["decode"]["copied"][k] <= 100 for k in ("outputs", "references"))
         assert len(r["examples"]) == 3 and set(r["examples"][0]) == {"source", "reference", "output"}
     by = {r["system"]: r for r in records}
     # equal compute: the two objectives read the same corpus tokens, in different numbers of steps
@@ -245,6 +246,13 @@ def test_a_diverged_fine_tuning_is_a_cell_without_scores(tmp_path, monkeypatch, 
         study.run_cell(name, "gigaword", 0, cfg, args)
 
 
+def test_copy_rate_counts_the_words_found_in_their_own_source():
+    assert study.copy_rate(["a b c d", "x y"], ["a c e", "y"]) == 100 * 3 / 6
+    assert study.copy_rate([""], ["a"]) == 0.0
+    # a word counts where its OWN source has it, not another's
+    assert study.copy_rate(["a", "b"], ["b", "a"]) == 0.0
+
+
 def test_a_folder_page_names_the_three_seed_systems_and_the_others_it_ran(tmp_path, capsys):
     """A cells folder's page (report --cells): every three-seed system, a missing one as not run yet;
     a one-seed diagnostic or recipe variant only where the folder has its cells (the lr 1e-3 study
@@ -261,6 +269,8 @@ def test_a_folder_page_names_the_three_seed_systems_and_the_others_it_ran(tmp_pa
     assert "3 cell(s) of 3 systems" in capsys.readouterr().out
     text = page.read_text()
     assert "| unilm | 1 |" in text and "| ernie_gen/ft noise 0.3 | 1 |" in text
+    # cells from before the copy rate was measured show none
+    assert "| 0.00e+00 + 1.00e+00 | - |" in text
     assert "| unilm/no seq2seq LM | not run yet |" in text
     assert "ernie_gen/ft noise 0 |" not in text and "pmlm/AE only/ft lr 1e-4" not in text
     # what pre-training adds: the pairs of the systems on the page
