@@ -423,14 +423,17 @@ def compiled_additive_scores():
 
 def fast_copy_scores(way="auto"):
     """PALM's copy scores on a GPU: "compiled" (compiled_additive_scores), "triton"
-    (fast/triton_additive.py), or "auto": Triton's where triton imports, for a full tile of target
-    rows or more (training: a PALM step at base size 45.9 ms against 56.2 ms compiled on an H200),
-    the compiled function for fewer (decoding's one row a beam: beam 5 took 0.360 s a batch with
-    Triton's tiles, 0.277 s compiled; bench/RESULTS.md, twelfth session)."""
+    (fast/triton_additive.py), or "auto": Triton's where triton imports, on a GPU of compute
+    capability 8.0 or more (timed and checked on sm_90 only), for a full tile of target rows or more
+    (training: a PALM step at base size 45.9 ms against 56.2 ms compiled on an H200), the compiled
+    function for fewer (decoding's one row a beam: beam 5 took 0.360 s a batch with Triton's tiles,
+    0.277 s compiled; bench/RESULTS.md, twelfth session)."""
     if way not in ("auto", "triton", "compiled"):
         raise ValueError(f"copy_scores {way!r}: auto, triton or compiled")
     compiled = compiled_additive_scores()
-    if way == "compiled":
+    cuda = torch.cuda.is_available()
+    older_gpu = way == "auto" and cuda and torch.cuda.get_device_capability() < (8, 0)
+    if way == "compiled" or older_gpu:
         return compiled
     try:
         from fast import triton_additive
@@ -450,8 +453,8 @@ def fast_copy_scores(way="auto"):
 def use_triton_additive(model, on=True):
     """Compute PALM's copy scores (Eq. 3) with fast/triton_additive.py's Triton kernels (tiles of
     scores, as a matrix product: hm and ws read once a tile, not once a (t, j) pair), as speed_up
-    does on CUDA where triton imports. CUDA, or a CPU under Triton's interpreter (TRITON_INTERPRET=1,
-    slow: tests only). Needs triton, which the project does not require. Twin:
+    does for training on CUDA where triton imports. CUDA, or a CPU under Triton's interpreter
+    (TRITON_INTERPRET=1, slow: tests only). Needs triton, which the project does not require. Twin:
     model.additive_scores (bench/check_triton_additive.py; bench/check_cuda.py on a GPU). -> model;
     off: the readable function again."""
     if model.copy_head is not None:

@@ -84,6 +84,17 @@ def test_fast_copy_scores_picks_triton_for_training_rows_and_compiled_for_decodi
     assert calls == ["compiled", "triton"]
     with pytest.raises(ValueError, match="copy_scores 'fused': auto, triton or compiled"):
         fast.fast_copy_scores("fused")
+    # a GPU older than compute capability 8.0 (a T4: 7.5) keeps the compiled function unless asked
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    calls.clear()
+    fast.fast_copy_scores()(hm, torch.zeros(2, 3 * rows, 4), w)
+    fast.fast_copy_scores("triton")(hm, torch.zeros(2, 3 * rows, 4), w)
+    assert calls == ["compiled", "triton"]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    calls.clear()
+    fast.fast_copy_scores()(hm, torch.zeros(2, 3 * rows, 4), w)
+    assert calls == ["triton"]
 
 
 def test_fast_copy_scores_without_triton_is_the_compiled_function(monkeypatch):
