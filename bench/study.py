@@ -64,8 +64,9 @@ cells at those rates (the ablations' pre-trainings at their committed times, tak
 processes a GPU, so optimistic: 199 + 140 process-minutes) project to 21 minutes with every slot
 busy, 26 at 80%. MEASURED in the twelfth session (4x H200, the same flags, the 44 cells left, longest
 pre-training of a seed first): 42 of them in 9.4 + 7.0 minutes (16 pre-trainings at once took 5.0-10.8
-minutes each, about twice their time at two a GPU; the second call's tail left 10 of 16 slots busy on
-average); the other two waited on a pre-training that did not finish there (5.6 minutes on one H200).
+minutes each, 1.0-1.8 times their 3e-4 times, mostly at two a GPU; the second call's tail left 10 of
+16 slots busy on average); the other two waited on a pre-training that did not finish there (5.6
+minutes on one H200).
 All 90 cells: 29.6 minutes of the 4-GPU machine in four calls over two sessions, against 25. Their
 cells hold 239 process-minutes of pre-training and 131 of fine-tuning and decoding: 23 minutes on 16
 slots even with none idle, so meeting 25 needs fewer process-minutes, not a better schedule.
