@@ -46,8 +46,13 @@ from tokenizer import SPECIAL_TOKENS                # noqa: E402
 RUNS = [("unilm", {}, "unilm"), ("pmlm", {}, "pmlm"), ("ernie_gen", {}, "ernie_gen"),
         ("palm", {}, "palm (copy)"), ("palm", {"copy_scores": "compiled"}, "palm (compiled copy)"),
         ("palm", {"copy": False}, "palm (no copy)")]
-# a RUNS option that is not the objective's: how fast.speed_up computes PALM's copy scores on CUDA
-FAST_OPTIONS = ("copy_scores",)
+
+
+def split_options(options):
+    """A RUNS entry's options -> (how fast.speed_up computes PALM's copy scores on CUDA, the
+    objective's options): "copy_scores" is the one that is not the objective's."""
+    rest = dict(options)
+    return rest.pop("copy_scores", "auto"), rest
 
 
 def passages(n, length, vocab_size, rng):
@@ -120,8 +125,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     pack: several passages a row (train.py --pack true); dynamic: the blocks compiled for any shape."""
     preset = preset or args.preset
     batch_size = batch or args.batch
-    copy_scores = options.get("copy_scores", "auto")
-    options = {k: v for k, v in options.items() if k not in FAST_OPTIONS}
+    copy_scores, options = split_options(options)
     obj = get_objective(name, tok, max_len=M.PRESETS[preset]["max_position"], **options)
     obj.set_step(10 ** 9, 10 ** 9)                 # PALM: stage 2 (continuation + copy)
     cfg = M.ModelConfig(**{**M.PRESETS[preset], "vocab_size": len(tok), "dropout": 0.1, "attn_impl": impl,
@@ -130,7 +134,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     model = M.Transformer(cfg).to(device)
     compiled = device.type == "cuda" and impl != "naive" and not args.eager
     whole = getattr(args, "whole", "")
-    # the fast layer as train.py switches it on: BucketBias and compiled copy scores on CUDA, compiled blocks
+    # the fast layer as train.py switches it on: BucketBias and fast copy scores on CUDA, compiled blocks
     # (--whole: no compiled blocks; the forward and the loss compiled as one function, below)
     fast.speed_up(model, compile=compiled and not whole, dynamic=dynamic, copy_scores=copy_scores)
     if compiled:
@@ -234,9 +238,9 @@ def bench_loop(name, options, label, args, device, pack=False):
     width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures)."""
     import train
     packing, speed_up = train.packing, fast.speed_up
+    copy_scores, options = split_options(options)
     # train.py's fast.speed_up with this run's copy scores
-    fast.speed_up = functools.partial(speed_up, copy_scores=options.get("copy_scores", "auto"))
-    options = {k: v for k, v in options.items() if k not in FAST_OPTIONS}
+    fast.speed_up = functools.partial(speed_up, copy_scores=copy_scores)
     if isinstance(pack, tuple):                # ("steady", m): train.py's one width, a multiple of m
         train.packing = lambda cfg, model, device: fast.SteadyPacking(multiple=pack[1])
     elif pack is not True and pack:

@@ -65,10 +65,9 @@ _COMPILED = {}
 
 def speed_up(model, compile=True, dynamic=False, copy_scores="auto"):
     """train.py's switch into this layer: on CUDA, the relative bias's BucketBias backward and
-    PALM's fast copy scores (copy_scores: "auto", fast/triton_additive.py's kernels where triton
-    imports, else "compiled", compiled_additive_scores); with compile, torch.compile of every block
-    (any device; dynamic: compile_blocks's). -> model. On a CPU without compile it changes nothing
-    (tests/test_fast.py)."""
+    PALM's fast copy scores (copy_scores: fast_copy_scores's way, "auto" by default); with
+    compile, torch.compile of every block (any device; dynamic: compile_blocks's). -> model. On a
+    CPU without compile it changes nothing (tests/test_fast.py)."""
     if next(model.parameters()).is_cuda:
         if model.rel_bias is not None:
             model.rel_bias.fast_lookup = BucketBias.apply
