@@ -70,7 +70,14 @@ minutes on one H200).
 All 90 cells: 29.6 minutes of the 4-GPU machine in four calls over two sessions, against 25. Their
 cells hold 239 process-minutes of pre-training and 131 of fine-tuning and decoding: 23 minutes on 16
 slots even with none idle, so meeting 25 needs fewer process-minutes, not a better schedule.
---per_gpu, --mps, --pre_batch, --compile, --ft_compile and --workers are the knobs.
+MEASURED in the thirteenth session: the lever was padding. One passage a row, 70-78% of a
+pre-training batch's positions are padding (bench/padding.py at the study's settings); --pack (auto:
+on CUDA) packs several passages a row, and four pmlm pre-trainings under --mps on one H200 made 3.4x
+the steps/s (bench/study_pack_gpu.sh). All 90 cells from an empty cells folder (4x H200, --ft_lr 1e-3
+--per_gpu 4 --mps): 17.3 minutes of the machine in two calls on one warm machine (9.5 + 7.8), with
+128 process-minutes of pre-training (239 before) and 106 of fine-tuning and decoding: goal 25 met.
+Fine-tunings stay one pair a row (--ft_pack false): eager and host-bound, they ran slower packed.
+--per_gpu, --mps, --pack, --ft_pack, --pre_batch, --compile, --ft_compile and --workers are the knobs.
 The recipe search (tenth session, SYSTEMS' last five): fine-tuning at peak lr 1e-3 beat the study's 3e-4 on
 both tasks for pmlm/AE only (one seed). --ft_lr 1e-3 runs the whole study with it; its cells differ in
 settings, so they go to their own folder and page:
@@ -313,14 +320,22 @@ def settings_key(cfg):
 
 # --- a pre-training job -------------------------------------------------------------------------
 
-def train_flags(cfg, objective, out, cache, args, compile):
+def train_flags(cfg, objective, out, cache, args, compile, pack):
     flags = ["--objective", objective, "--preset", cfg["preset"], "--vocab_size", str(cfg["vocab"]),
              "--cache_dir", cache, "--out_dir", str(out), "--progress", "false",
              "--overwrite", "true", "--eval_interval", "1000000", "--eval_batches", "1",
-             "--log_interval", "50", "--compile", compile]
+             "--log_interval", "50", "--compile", compile, "--pack", pack]
     if args.workers >= 0:
         flags += ["--workers", str(args.workers)]
     return flags
+
+
+def packed(pack):
+    """Whether train.py packs a job's batches (--pack or --ft_pack; auto: on CUDA, train.py's default
+    device): a layout, not a setting (the same per-token losses), so a cell and a pre-training record
+    it but the study's settings leave it out."""
+    import torch
+    return pack == "true" or (pack == "auto" and torch.cuda.is_available())
 
 
 def option_flags(options):
@@ -393,9 +408,9 @@ def run_pretraining(name, seed, cfg, args):
     seconds = json.loads(partial.read_text())["seconds"] if partial.exists() else 0.0
     if (folder / "ckpt.pt").exists():
         flags = ["--resume", "--out_dir", str(folder), "--progress", "false", "--cache_dir", cache,
-                 "--compile", args.compile]
+                 "--compile", args.compile, "--pack", args.pack]
     else:
-        flags = train_flags(cfg, spec["objective"], folder, cache, args, args.compile)
+        flags = train_flags(cfg, spec["objective"], folder, cache, args, args.compile, args.pack)
         flags += ["--max_steps", str(steps), "--seq_len", str(cfg["seq_len"]), "--batch_size",
                   str(cfg["batch"]), "--lr", str(cfg["lr"]), "--seed", str(seed)]
         flags += ["--data", corpus] if corpus else []
@@ -408,7 +423,7 @@ def run_pretraining(name, seed, cfg, args):
         atomic_write(partial, json.dumps({"seconds": seconds + time.time() - t0}))
     seconds += time.time() - t0
     atomic_write(folder / "done.json", json.dumps(dict(steps=steps, seconds=seconds,
-                                                       flops=steps * flops)))
+                                                       flops=steps * flops, packed=packed(args.pack))))
 
 
 # --- a fine-tuning job: one cell ------------------------------------------------------------------
@@ -424,7 +439,7 @@ def run_cell(name, task, seed, cfg, args):
     if options.get("lam_finetune", 1.0) < 1:
         # the span flow in fine-tuning cuts spans with the corpus's span vocabulary (3.3)
         options["span_vocab"] = prepare(cfg, args, ernie=True)
-    flags = train_flags(cfg, spec["objective"], out, cache, args, args.ft_compile)
+    flags = train_flags(cfg, spec["objective"], out, cache, args, args.ft_compile, args.ft_pack)
     flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size",
               str(cfg["ft_batch"]), "--lr", str(cfg["ft_lr"]), "--seed", str(seed)]
     flags += ["--data", train_file(task, args)] if task != "docsum" else []
@@ -447,12 +462,12 @@ def run_cell(name, task, seed, cfg, args):
         if e.code != train.DIVERGED:
             raise
         # the loss went non-finite: the same seed would again, so the cell is done, without scores
-        cell.update(diverged=True, finetune=dict(seconds=time.time() - t0))
+        cell.update(diverged=True, finetune=dict(seconds=time.time() - t0, packed=packed(args.ft_pack)))
         atomic_write(staged, json.dumps(cell))
         return
     ft_seconds = time.time() - t0
     ft_batch = options.get("batch_size", cfg["ft_batch"])
-    cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=ft_seconds,
+    cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=ft_seconds, packed=packed(args.ft_pack),
                             flops=cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, ft_batch,
                                                                    args))
     cell.update(score(out / "ckpt.pt", task, cfg, args, spec["lp"].get(task, TASKS[task]["lp"])))
@@ -733,7 +748,7 @@ def start_job(job, slot, args, logs):
 def forwarded(args):
     """The flags a job needs to compute what its scheduler asked for."""
     flags = ["--out", args.out, "--data_dir", args.data_dir, "--cache_dir", args.cache_dir,
-             "--compile", args.compile, "--ft_compile", args.ft_compile,
+             "--compile", args.compile, "--ft_compile", args.ft_compile, "--pack", args.pack, "--ft_pack", args.ft_pack,
              "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
              str(args.pre_lr), "--ft_lr", str(args.ft_lr)]
     return flags + (["--tiny"] if args.tiny else [])
@@ -846,6 +861,7 @@ def report(cells, tasks, names, folder="bench/study/cells"):
         first = next(iter(cells.values()))
         cards = sorted({f"{c['card']} (torch {c['torch']})" for c in scored(cells)})
         lines += [f"Settings: `{json.dumps(first['settings'])}`. Ran on: {', '.join(cards)}.", ""]
+        lines += [layout(cells), ""]
     lines += goals(cells, tasks)
     failed = [c for c in cells.values() if c.get("diverged")]
     if failed:
@@ -917,7 +933,9 @@ def goals(cells, tasks):
             full = summary(cells, objective, task, main)
             ctrl = summary(cells, f"{objective}/no pre-training", task, main)
             if not (full and ctrl):
-                lines.append(f"- {objective} vs its control on {task}: not run yet")
+                why = absent(cells, objective, task) if not full else \
+                    "its control: " + absent(cells, f"{objective}/no pre-training", task)
+                lines.append(f"- {objective} vs its control on {task}: {why}")
                 continue
             gap = full[0] - ctrl[0]
             bound = 3 * max(full[1], ctrl[1])
@@ -939,6 +957,24 @@ def goals(cells, tasks):
     return lines + [""]
 
 
+def layout(cells):
+    """How the cells' batches were laid out (--pack, --ft_pack: the same numbers, other speeds); a
+    record without the field predates --pack, when every job ran one passage a row."""
+    pre = {(c["pretrained_as"] or c["system"], c["seed"]): c["pretrain"] for c in cells.values()
+           if c.get("pretrain")}
+    said = [f"{what} {sum(r.get('packed', False) for r in records)} of {len(records)} packed"
+            for what, records in (("pre-trainings", list(pre.values())),
+                                  ("fine-tunings", [c.get("finetune", {}) for c in cells.values()]))]
+    return ("Batches (study.py --pack, --ft_pack; the others one passage a row): " + ", ".join(said)
+            + ".")
+
+
+def absent(cells, name, task):
+    """Why a system has no scores on a task: none of its cells ran, or every one that ran diverged."""
+    ran = sum(c["system"] == name and c["task"] == task for c in cells.values())
+    return f"every seed diverged ({ran})" if ran else "not run yet"
+
+
 def gains(cells, tasks, names=SYSTEMS):
     """What pre-training adds: each pre-trained system minus the same fine-tuning from random
     weights (PALM with and without its copy head; ERNIE-GEN with and without fine-tuning noise), for
@@ -951,7 +987,8 @@ def gains(cells, tasks, names=SYSTEMS):
             main = TASKS[task]["main"]
             a, b = summary(cells, full, task, main), summary(cells, ctrl, task, main)
             row.append(f"{a[0] - b[0]:+.2f} {NAMES[main]} ({a[0]:.2f} vs {b[0]:.2f}; std {a[1]:.2f} / "
-                       f"{b[1]:.2f})" if a and b else "not run yet")
+                       f"{b[1]:.2f})" if a and b else
+                       absent(cells, full, task) if not a else f"{ctrl}: " + absent(cells, ctrl, task))
         lines.append(f"| {full} | {ctrl} | " + " | ".join(row) + " |")
     return lines + [""]
 
@@ -964,7 +1001,7 @@ def color(name):
 
 def plot_bars(ax, cells, task, pairs, title):
     """Bars of (left, right) system pairs side by side, mean over seeds with a std error bar; the
-    right one hatched. A system without cells is named missing on its axis."""
+    right one hatched. A system without scores is named on its axis: not run, or all diverged."""
     metric = TASKS[task]["main"]
     ticks = []
     for i, (left, right) in enumerate(pairs):
@@ -976,7 +1013,8 @@ def plot_bars(ax, cells, task, pairs, title):
                 ax.text(i + offset, s[0], f"{s[0]:.1f}\n({s[3]})", ha="center", va="bottom",
                         fontsize=7)
             else:
-                ax.text(i + offset, 0, "not\nrun", ha="center", va="bottom", fontsize=7)
+                gone = "not\nrun" if absent(cells, name, task) == "not run yet" else "all\ndiverged"
+                ax.text(i + offset, 0, gone, ha="center", va="bottom", fontsize=7)
         control = right == f"{left}/no pre-training"
         ticks.append(left if control else f"{right}\n(vs {left})")
     rotation = 0 if all(r == f"{l}/no pre-training" for l, r in pairs) else 25
@@ -994,6 +1032,37 @@ def legend(ax):
     handles += [Patch(facecolor="white", edgecolor="black", label="full / pre-trained"),
                 Patch(facecolor="white", edgecolor="black", hatch="//", label="variant / control")]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def plot_copying(ax, cells, task, names):
+    """How much of what each system writes comes from its source: the share of its output words found
+    in the source (mean over seeds, std bar; controls hatched), the references' share dashed, and the
+    task's score over each bar. Cells from before the study measured it have no such field."""
+    metric = TASKS[task]["main"]
+    refs = []
+    for i, name in enumerate(names):
+        rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task
+                and "copied" in c.get("decode", {})]
+        if not rows:
+            ax.text(i, 0, "not\nmeasured", ha="center", va="bottom", fontsize=7)
+            continue
+        rates = [c["decode"]["copied"]["outputs"] for c in rows]
+        refs += [c["decode"]["copied"]["references"] for c in rows]
+        mean, std = statistics.mean(rates), statistics.stdev(rates) if len(rates) > 1 else 0.0
+        hatch = "//" if SYSTEMS[name]["control"] else None
+        ax.bar(i, mean, 0.6, yerr=std, capsize=3, color=color(name), hatch=hatch, edgecolor="black",
+               alpha=0.9 if hatch is None else 0.5)
+        score = statistics.mean(c["scores"][metric]["f"] for c in rows)
+        ax.text(i, mean + std, f"{mean:.0f}%\n{NAMES[metric]} {score:.1f}", ha="center",
+                va="bottom", fontsize=7)
+    if refs:
+        ax.axhline(statistics.mean(refs), color="black", linestyle="--", linewidth=1,
+                   label=f"references: {statistics.mean(refs):.0f}%")
+        ax.legend(fontsize=7, loc="upper right")
+    ax.set_ylim(0, 100)
+    ax.set_xticks(range(len(names)), [n.replace("/", "\n", 1) for n in names], fontsize=7)
+    ax.set_ylabel("output words found in the source (%)")
+    ax.set_title(task, fontsize=9)
 
 
 def plot_recipe(ax, cells, task):
@@ -1066,6 +1135,14 @@ def parse_args(argv):
                     help="train.py's --compile for the fine-tunings (eager: four at once under --mps on "
                          "an H100 they took 73-79 s against 103-138 s compiled, tenth session)")
     ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
+    ap.add_argument("--pack", default="auto", choices=("auto", "true", "false"),
+                    help="train.py's --pack for the pre-trainings: several passages (or pairs) a row, so the "
+                         "blocks compute almost no padding (70-78%% of a pre-training batch's positions "
+                         "one passage a row, 2-3%% packed; tests/test_packing.py: the same per-token "
+                         "losses): pmlm's pre-trainings ran 3.4x the steps/s, four under --mps on an H200")
+    ap.add_argument("--ft_pack", default="false", choices=("auto", "true", "false"),
+                    help="train.py's --pack for the fine-tunings (eager, host-bound: four palm SQuAD QG "
+                         "fine-tunings under --mps on an H200 ran 7.7-8.1 steps/s each packed, 10.6-12.1 not)")
     ap.add_argument("--cache_dir", default="",
                     help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")
     ap.add_argument("--mps", action="store_true",

@@ -17,6 +17,12 @@
 #                    stopped after it; no GPU setting changes): the processes' kernels may run at the same
 #                    time instead of taking turns; mps_four, mps_eight: four and eight processes so;
 #                    mps_four_b256: four at batch 256
+#   mps_four_pack    mps_four with --pack true (study.py --pack auto on CUDA): several passages a row, so the blocks
+#                    compute almost none of the 70-78% padding of the study's batches one passage a row
+#                    (bench/padding.py --data out/data/corpus --seq_len 256 --preset small --batch 128);
+#                    mps_eight_pack: eight processes so
+# TASK=gigaword or TASK=squad_qg runs a study control's fine-tuning instead (ft_flags), e.g.
+#   TASK=squad_qg VARIANTS="mps_four mps_four_pack" bash bench/study_speed_gpu.sh
 # The ninth session ran these on one H100 (bench/RESULTS.md): the processes' steps/s on the GPU
 # together, alone 22.0, graphs 22.0, pair_new 29.8, four 32.3, pair_b256 34.8 (in batches of 128),
 # mps_pair 34.4, mps_four 39.2, mps_eight 39.1, mps_four_b256 40.2:
@@ -32,9 +38,18 @@ python -c "import torch; print('torch', torch.__version__)"
 CACHE=out/studycache
 SPANS=$(ls -d $CACHE/pretrain-*/span_vocab.json | head -1)
 flags() {  # $1: out dir
+  if [ -n "${TASK:-}" ]; then ft_flags $1; return; fi
   echo --objective $OBJ --preset small --vocab_size 16384 --cache_dir $CACHE --out_dir $1 --progress true \
     --overwrite true --eval_interval 1000000 --eval_batches 1 --log_interval 10 --max_steps $STEPS --seq_len 256 \
     --batch_size 128 --lr 7e-4 --seed 0 --data out/data/corpus $([ $OBJ = ernie_gen ] && echo --span_vocab $SPANS)
+}
+ft_flags() {  # $1: out dir. TASK=gigaword|squad_qg: a study control's fine-tuning (from random weights, eager, batch
+              # 64, lr 1e-3) on the task's training pairs, as study.py --ft_lr 1e-3 runs it
+  local data=out/data/gigaword10k/train.article.txt
+  [ $TASK = squad_qg ] && data=out/data/squad_qg/src-dev.txt
+  echo --objective $OBJ --preset small --task seq2seq --data $data --vocab $CACHE/study-vocab-16384.txt \
+    --cache_dir $CACHE --out_dir $1 --progress true --overwrite true --eval_interval 1000000 --eval_batches 1 \
+    --log_interval 10 --max_steps $STEPS --batch_size 64 --lr 1e-3 --compile false --seed 0
 }
 rate() {  # median corpus tokens/s and steps/s of a run's logged intervals after the second
   python - "$1" <<'PY'
@@ -137,6 +152,8 @@ for v in ${VARIANTS:-alone_old alone_new eager pair_new pair_old}; do
     mps_pair) mps start && group $v 2 ""; mps stop ;;
     mps_four) mps start && group $v 4 ""; mps stop ;;
     mps_eight) mps start && group $v 8 ""; mps stop ;;
+    mps_four_pack) mps start && EXTRA="--pack true" group $v 4 ""; mps stop ;;   # study.py --pack auto (CUDA)
+    mps_eight_pack) mps start && EXTRA="--pack true" group $v 8 ""; mps stop ;;
     mps_four_b256) mps start && EXTRA="--batch_size 256 --lr 1e-3" group $v 4 ""; mps stop ;;
     alone_new) EXTRA="" run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;
     alone_old) EXTRA="" SCRIPT=$OLD run $v TORCH_LOGS=recompiles; pace $OUT/$v.log ;;

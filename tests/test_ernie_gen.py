@@ -488,5 +488,5 @@ def test_study_ernie_gen_with_the_relative_bias(toy, tmp_path):
     _, plain = study.objective_and_model(cfg, "ernie_gen", toy, "pretrain", {})
     assert plain.rel_bias is None
     args = study.parse_args(["--out", str(tmp_path)])
-    flags = study.train_flags(cfg, "ernie_gen", tmp_path, "cache", args, "auto") + study.option_flags(spec["pre"])
+    flags = study.train_flags(cfg, "ernie_gen", tmp_path, "cache", args, "auto", "false") + study.option_flags(spec["pre"])
     assert flags[flags.index("--rel_pos_buckets") + 1] == "32"

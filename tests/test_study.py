@@ -202,6 +202,58 @@ def test_another_fine_tuning_lr_is_another_study(tmp_path, capsys):
         study.parse_args(["--ft_lr", "0"])
 
 
+def test_pack_reaches_every_job_and_records_the_layout(tmp_path, monkeypatch):
+    """--pack (auto: packed on CUDA) goes to train.py for pre-training and its resumption, --ft_pack
+    (false: eager fine-tunings ran slower packed) for fine-tuning; a pre-training and a cell record
+    whether their batches were packed, and the study's settings leave it out (a layout: the same
+    per-token losses, tests/test_packing.py), so packed and unpacked cells are one study."""
+    import config
+    import train
+    args = study.parse_args(["--out", str(tmp_path), "--data_dir", str(tmp_path), "--pack", "true",
+                             "--ft_pack", "auto"])
+    job = study.parse_args(["job", "[]"] + study.forwarded(args))
+    assert (job.pack, job.ft_pack) == ("true", "auto")
+    default = study.parse_args(["--out", str(tmp_path)])
+    assert (default.pack, default.ft_pack) == ("auto", "false")
+    cfg = study.settings(args)
+    assert "pack" not in study.settings_key(cfg) and "ft_pack" not in study.settings_key(cfg)
+    seen = {}
+    monkeypatch.setattr(train, "main", lambda flags: seen.update(flags=flags))
+    monkeypatch.setattr(study, "pretrain_steps", lambda *a: (10, 1.0))
+    study.run_pretraining("pmlm", 0, cfg, args)
+    pre = study.pre_dir(args, "pmlm", 0)
+    assert config.parse_args(seen["flags"])[0].pack == "true"
+    assert json.loads((pre / "done.json").read_text())["packed"] is True
+    # a pre-training stopped by the time limit resumes with the same layout
+    (pre / "done.json").unlink()
+    (pre / "ckpt.pt").write_text("")
+    study.run_pretraining("pmlm", 0, cfg, args)
+    assert seen["flags"][:1] == ["--resume"] and "--pack" in seen["flags"]
+    assert seen["flags"][seen["flags"].index("--pack") + 1] == "true"
+    monkeypatch.setattr(study, "finetune_flops", lambda ckpt, task, batch, args: 1.0)
+    monkeypatch.setattr(study, "score", lambda ckpt, task, cfg, args, lp: {})
+    Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
+    (Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt").write_text("")
+    for pack, layout in (("true", True), ("false", False)):
+        args.ft_pack = pack
+        study.run_cell("pmlm/no pre-training", "gigaword", 0, cfg, args)
+        assert config.parse_args(seen["flags"])[0].pack == pack
+        cell = json.loads((tmp_path / "staged" / "pmlm-no-pre-training__gigaword__seed0.json").read_text())
+        assert cell["finetune"]["packed"] is layout
+    # the page says how the cells' batches were laid out; a record without the field predates --pack
+    cells = {"a": dict(system="pmlm", seed=0, pretrained_as=None, pretrain=dict(packed=True),
+                       finetune=dict(packed=False)),
+             "b": dict(system="pmlm/AE only", seed=0, pretrained_as=None, pretrain=dict(seconds=1.0),
+                       finetune=dict(packed=True)),
+             "c": dict(system="pmlm/no pre-training", seed=0, pretrained_as=None, pretrain=None, finetune={})}
+    assert study.layout(cells).endswith("pre-trainings 1 of 2 packed, fine-tunings 1 of 3 packed.")
+    # auto follows train.py's default device
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert study.packed("auto") is True
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert study.packed("auto") is False
+
+
 def test_a_diverged_fine_tuning_is_a_cell_without_scores(tmp_path, monkeypatch, capsys):
     """Fine-tuning from random weights at lr 1e-3 diverged twice at the same step (eleventh session):
     train.py stops such a run with exit status DIVERGED, and the study keeps it as a done cell
@@ -223,6 +275,18 @@ def test_a_diverged_fine_tuning_is_a_cell_without_scores(tmp_path, monkeypatch, 
     assert f"cell {stem}: diverged" in capsys.readouterr().out
     cell = study.read_cells(store)[stem]
     assert cell["diverged"] is True and "scores" not in cell
+    # a system whose every cell diverged is named so, not "not run yet"
+    assert study.absent(study.read_cells(store), name, "gigaword") == "every seed diverged (1)"
+    assert study.absent(study.read_cells(store), "pmlm", "gigaword") == "not run yet"
+    full = {m: dict(f=20.0, low=19.0, high=21.0) for m in ("rouge1", "rouge2", "rougeL")}
+    other = tmp_path / "other"
+    study.write_cell(other, cell)
+    study.write_cell(other, dict(cell, system="unilm", diverged=False, scores=full, teacher_forced_acc=30.0,
+                                 decode=dict(seconds=1.0), finetune=dict(steps=1500, seconds=60.0, flops=1.0),
+                                 examples=[], card="cpu", torch="2"))
+    alone = study.read_cells(other)
+    assert "- unilm vs its control on gigaword: its control: every seed diverged (1)" in study.goals(alone, ["gigaword"])
+    assert f"| unilm | {name} | {name}: every seed diverged (1) |" in study.gains(alone, ["gigaword"])
     # done: the next run does not try it again
     done = study.done_cells([store], cfg)
     todo = [c for c in study.wanted_cells([name], ["gigaword"]) if study.cell_stem(*c) not in done]
