@@ -21,6 +21,12 @@ and rows, the rows the packed batch has (the batch's passages in fewer rows). Ru
 
     python bench/padding.py --speed tiny --seq_len 128 --batch 16 --batches 12    # + training speed on a CPU
 
+    python bench/padding.py --steady_widths 512,640,1024,1280     # + steady rows from wider starts
+
+--steady_widths also packs every batch in SteadyPacking's rows from each of these widths (a wider row
+holds more passages, so its last slots are a smaller share; dense attention costs more a token): the
+padding, and the blocks' FLOPs against steady x64's.
+
 --speed PRESET also times training steps (forward, backward, AdamW) of a PRESET model on this device, the same
 batches one passage a row and packed (train.py --pack true), alternating so that a busy machine slows both alike:
 tokens/s are real tokens (padding excluded) over the median step time, the first step of each left out; the
@@ -46,11 +52,13 @@ from objectives.masks import PAD                    # noqa: E402
 NAMES = ("unilm", "pmlm", "ernie_gen", "palm", "mass")
 
 
-def padding(batches, multiple, packing, key_cost=0.0, steady=False):
+def padding(batches, multiple, packing, key_cost=0.0, steady=False, start=0):
     """Share of padding slots over the batches' (rows x width) tensors -> (share, rows per batch).
-    steady: fast.SteadyPacking's rows (one width for all batches: train.py --pack on CUDA)."""
+    steady: fast.SteadyPacking's rows (one width for all batches: train.py --pack on CUDA), from a
+    width of `start` (it widens to a longer row)."""
     real = slots = rows = 0
     plan = fast.SteadyPacking(multiple)
+    plan.width = start
     for batch in batches:
         real += int((batch.kind != PAD).sum())
         if packing and steady:
@@ -82,13 +90,29 @@ def measure(name, passages, tok, args):
     row = {"objective": name}
     row["one a row"], _ = padding(batches, 1, False)
     row["one a row x64"], _ = padding(batches, 64, False)
-    cost = key_cost(args.preset, len(tok))
-    row["sdpa"], row["rows"] = padding(batches, 1, True, cost)
-    row["sdpa x64"], row["rows x64"] = padding(batches, 64, True, cost)
+    cost_per_key = key_cost(args.preset, len(tok))
+    row["sdpa"], row["rows"] = padding(batches, 1, True, cost_per_key)
+    row["sdpa x64"], row["rows x64"] = padding(batches, 64, True, cost_per_key)
     row["flex"], _ = padding(batches, 1, True, 0.0)
     row["flex x64"], _ = padding(batches, 64, True, 0.0)
     row["steady x64"], row["rows steady"] = padding(batches, 64, True, steady=True)
+    for width in args.steady_widths:
+        row[f"steady {width}"], _ = padding(batches, 64, True, steady=True, start=width)
+        # what those rows cost the blocks with dense attention, against steady x64's
+        row[f"cost {width}"] = cost(batches, width, cost_per_key) / cost(batches, 0, cost_per_key)
     return row
+
+
+def cost(batches, width, key_cost):
+    """The blocks' FLOPs over the batches in SteadyPacking's rows from `width`, dense attention
+    (fast.pack_width's measure: rows * width * (1 + key_cost * width))."""
+    plan = fast.SteadyPacking(64)
+    plan.width = width
+    total = 0.0
+    for batch in batches:
+        n, w = plan(batch).extras["pack_shape"]
+        total += n * w * (1 + key_cost * w)
+    return total
 
 
 def speed(name, passages, tok, args):
@@ -130,8 +154,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--only", default=",".join(NAMES))
+    ap.add_argument("--steady_widths", default="",
+                    help="comma-separated widths: also SteadyPacking's rows starting at each (padding, and "
+                         "their dense-attention FLOPs over steady x64's)")
     ap.add_argument("--speed", default="", help="a preset: also time its training steps, unpacked and packed")
     args = ap.parse_args()
+    args.steady_widths = [int(w) for w in args.steady_widths.split(",") if w]
     tok, splits, info = data.prepare_pretrain(args.data or None, args.vocab, args.cache,
                                               max_tokens=args.seq_len - 3, progress=True)
     passages = splits["train"]
@@ -146,6 +174,13 @@ def main():
         print(f"| {r['objective']} | {r['one a row']:.1%} | {r['sdpa']:.1%} | {r['flex']:.1%} | {r['rows']:.1f} | "
               f"{r['one a row x64']:.1%} | {r['sdpa x64']:.1%} | {r['flex x64']:.1%} | {r['rows x64']:.1f} | "
               f"{r['steady x64']:.1%} | {r['rows steady']:.1f} |")
+    if args.steady_widths:
+        print("\nsteady rows from a wider start: padding (the blocks' FLOPs with dense attention over steady x64's)")
+        print("| objective | " + " | ".join(f"from {w}" for w in args.steady_widths) + " |")
+        print("|---|" + "---|" * len(args.steady_widths))
+        for r in rows:
+            print(f"| {r['objective']} | " + " | ".join(f"{r[f'steady {w}']:.1%} ({r[f'cost {w}']:.2f}x)"
+                                                   for w in args.steady_widths) + " |")
     if not args.speed:
         return
     print(f"\ntraining steps of the {args.speed} preset on {torch.get_num_threads()} CPU thread(s), torch "

@@ -748,7 +748,8 @@ def start_job(job, slot, args, logs):
 def forwarded(args):
     """The flags a job needs to compute what its scheduler asked for."""
     flags = ["--out", args.out, "--data_dir", args.data_dir, "--cache_dir", args.cache_dir,
-             "--compile", args.compile, "--ft_compile", args.ft_compile, "--pack", args.pack, "--ft_pack", args.ft_pack,
+             "--compile", args.compile, "--ft_compile", args.ft_compile, "--pack", args.pack,
+             "--ft_pack", args.ft_pack,
              "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
              str(args.pre_lr), "--ft_lr", str(args.ft_lr)]
     return flags + (["--tiny"] if args.tiny else [])
@@ -1136,13 +1137,14 @@ def parse_args(argv):
                          "an H100 they took 73-79 s against 103-138 s compiled, tenth session)")
     ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
     ap.add_argument("--pack", default="auto", choices=("auto", "true", "false"),
-                    help="train.py's --pack for the pre-trainings: several passages (or pairs) a row, so the "
-                         "blocks compute almost no padding (70-78%% of a pre-training batch's positions "
+                    help="train.py's --pack for the pre-trainings: several passages a row, so the blocks "
+                         "compute almost no padding (70-78%% of a pre-training batch's positions "
                          "one passage a row, 2-3%% packed; tests/test_packing.py: the same per-token "
                          "losses): pmlm's pre-trainings ran 3.4x the steps/s, four under --mps on an H200")
     ap.add_argument("--ft_pack", default="false", choices=("auto", "true", "false"),
                     help="train.py's --pack for the fine-tunings (eager, host-bound: four palm SQuAD QG "
-                         "fine-tunings under --mps on an H200 ran 7.7-8.1 steps/s each packed, 10.6-12.1 not)")
+                         "fine-tunings under --mps on an H200 ran 7.7-8.1 steps/s each packed, "
+                         "10.6-12.1 not)")
     ap.add_argument("--cache_dir", default="",
                     help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")
     ap.add_argument("--mps", action="store_true",

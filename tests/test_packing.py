@@ -241,6 +241,24 @@ def test_steady_packing_keeps_one_width(tok, passages):
     assert fast.plan_packing(batches[0], 8, width=8).extras["pack_shape"][1] >= L
 
 
+def test_padding_report_counts_steady_rows_from_a_wider_start(tok, passages):
+    """bench/padding.py --steady_widths: SteadyPacking's rows from a given start width, their share of
+    padding and their dense-attention FLOPs (rows * width * (1 + key_cost * width)) against steady x64's."""
+    from bench import padding as report
+    obj = get_objective("unilm", tok, max_len=128)
+    rng = random.Random(0)
+    batches = [obj.make_batch(rng.sample(passages["train"], 8), random.Random(k)) for k in range(4)]
+    real = sum(int((b.kind != PAD).sum()) for b in batches)
+    # from 0 it is train.py's steady x64; from 256 every batch is in rows of 256
+    assert report.padding(batches, 64, True, steady=True, start=0) == report.padding(batches, 64, True, steady=True)
+    share, rows = report.padding(batches, 64, True, steady=True, start=256)
+    assert share == pytest.approx(1 - real / (rows * len(batches) * 256))
+    shapes = [fast.plan_packing(b, 64, width=256).extras["pack_shape"] for b in batches]
+    assert all(w == 256 for _, w in shapes) and rows == sum(n for n, _ in shapes) / len(batches)
+    assert report.cost(batches, 256, 1e-3) == pytest.approx(sum(n * 256 * 1.256 for n, _ in shapes))
+    assert report.cost(batches, 256, 0.0) == rows * len(batches) * 256
+
+
 # --- no leakage between passages --------------------------------------------------------------------------------------
 
 

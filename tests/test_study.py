@@ -285,7 +285,8 @@ def test_a_diverged_fine_tuning_is_a_cell_without_scores(tmp_path, monkeypatch, 
                                  decode=dict(seconds=1.0), finetune=dict(steps=1500, seconds=60.0, flops=1.0),
                                  examples=[], card="cpu", torch="2"))
     alone = study.read_cells(other)
-    assert "- unilm vs its control on gigaword: its control: every seed diverged (1)" in study.goals(alone, ["gigaword"])
+    said = "- unilm vs its control on gigaword: its control: every seed diverged (1)"
+    assert said in study.goals(alone, ["gigaword"])
     assert f"| unilm | {name} | {name}: every seed diverged (1) |" in study.gains(alone, ["gigaword"])
     # done: the next run does not try it again
     done = study.done_cells([store], cfg)
