@@ -96,10 +96,11 @@ def measure(name, passages, tok, args):
     row["flex"], _ = padding(batches, 1, True, 0.0)
     row["flex x64"], _ = padding(batches, 64, True, 0.0)
     row["steady x64"], row["rows steady"] = padding(batches, 64, True, steady=True)
+    # what the rows from each start cost the blocks with dense attention, against steady x64's
+    steady = cost(batches, 0, cost_per_key) if args.steady_widths else None
     for width in args.steady_widths:
         row[f"steady {width}"], _ = padding(batches, 64, True, steady=True, start=width)
-        # what those rows cost the blocks with dense attention, against steady x64's
-        row[f"cost {width}"] = cost(batches, width, cost_per_key) / cost(batches, 0, cost_per_key)
+        row[f"cost {width}"] = cost(batches, width, cost_per_key) / steady
     return row
 
 

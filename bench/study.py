@@ -331,11 +331,12 @@ def train_flags(cfg, objective, out, cache, args, compile, pack):
 
 
 def packed(pack):
-    """Whether train.py packs a job's batches (--pack or --ft_pack; auto: on CUDA, train.py's default
-    device): a layout, not a setting (the same per-token losses), so a cell and a pre-training record
-    it but the study's settings leave it out."""
-    import torch
-    return pack == "true" or (pack == "auto" and torch.cuda.is_available())
+    """Whether train.py packs a job's batches (--pack or --ft_pack, on train.py's default device): a
+    layout, not a setting (the same per-token losses), so a cell and a pre-training record it but the
+    study's settings leave it out."""
+    import train
+    from utils import pick_device
+    return train.switched_on(pack, pick_device())
 
 
 def option_flags(options):
@@ -616,13 +617,18 @@ def plan(todo, args, seconds=None):
     return pres + [("ft", name, task, seed) for name, task, seed in sorted(todo, key=lambda c: c[2])]
 
 
+def pretrainings(cells):
+    """{(system pre-trained, seed): its pre-training's record}, once each (its cells share it)."""
+    return {(c.get("pretrained_as") or c["system"], c["seed"]): c["pretrain"] for c in cells.values()
+            if c.get("pretrain")}
+
+
 def pretrain_seconds(cells):
     """{system: mean wall seconds of its pre-training} over these cells (of any settings)."""
     runs = {}
-    for c in cells.values():
-        if c.get("pretrain"):
-            runs.setdefault(c.get("pretrained_as") or c["system"], {})[c["seed"]] = c["pretrain"]["seconds"]
-    return {name: statistics.mean(by_seed.values()) for name, by_seed in runs.items()}
+    for (name, _), record in pretrainings(cells).items():
+        runs.setdefault(name, []).append(record["seconds"])
+    return {name: statistics.mean(seconds) for name, seconds in runs.items()}
 
 
 def ready(job, args):
@@ -895,7 +901,7 @@ def task_table(cells, task, names):
              "|---" * (len(metrics) + 7) + "|"]
     for name in names:
         rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task]
-        diverged = sum(c["system"] == name and c["task"] == task for c in cells.values()) - len(rows)
+        diverged = ran(cells, name, task) - len(rows)
         seeds = f"{len(rows)}" + (f" ({diverged} more diverged)" if diverged else "")
         if not rows:
             shown = seeds if diverged else "not run yet"
@@ -912,10 +918,8 @@ def task_table(cells, task, names):
         flops = (statistics.mean(p.get("flops", 0) for p in pre),
                  statistics.mean(c["finetune"]["flops"] for c in rows))
         acc = statistics.mean(c["teacher_forced_acc"] for c in rows)
-        # cells from before the twelfth session did not measure it
-        copied = [c["decode"]["copied"] for c in rows if "copied" in c["decode"]]
-        copied = (f"{statistics.mean(x['outputs'] for x in copied):.1f}% (references "
-                  f"{statistics.mean(x['references'] for x in copied):.1f}%)") if copied else "-"
+        copied = copying(cells, name, task)
+        copied = f"{copied[0]:.1f}% (references {copied[2]:.1f}%)" if copied else "-"
         lines.append(f"| {name} | {seeds} | "
                      + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _, _ in values)
                      + f" | {interval} | {acc:.1f}% | "
@@ -961,19 +965,22 @@ def goals(cells, tasks):
 def layout(cells):
     """How the cells' batches were laid out (--pack, --ft_pack: the same numbers, other speeds); a
     record without the field predates --pack, when every job ran one passage a row."""
-    pre = {(c["pretrained_as"] or c["system"], c["seed"]): c["pretrain"] for c in cells.values()
-           if c.get("pretrain")}
     said = [f"{what} {sum(r.get('packed', False) for r in records)} of {len(records)} packed"
-            for what, records in (("pre-trainings", list(pre.values())),
+            for what, records in (("pre-trainings", list(pretrainings(cells).values())),
                                   ("fine-tunings", [c.get("finetune", {}) for c in cells.values()]))]
     return ("Batches (study.py --pack, --ft_pack; the others one passage a row): " + ", ".join(said)
             + ".")
 
 
+def ran(cells, name, task):
+    """How many cells of a system on a task ran: with scores or diverged."""
+    return sum(c["system"] == name and c["task"] == task for c in cells.values())
+
+
 def absent(cells, name, task):
     """Why a system has no scores on a task: none of its cells ran, or every one that ran diverged."""
-    ran = sum(c["system"] == name and c["task"] == task for c in cells.values())
-    return f"every seed diverged ({ran})" if ran else "not run yet"
+    count = ran(cells, name, task)
+    return f"every seed diverged ({count})" if count else "not run yet"
 
 
 def gains(cells, tasks, names=SYSTEMS):
@@ -1014,7 +1021,7 @@ def plot_bars(ax, cells, task, pairs, title):
                 ax.text(i + offset, s[0], f"{s[0]:.1f}\n({s[3]})", ha="center", va="bottom",
                         fontsize=7)
             else:
-                gone = "not\nrun" if absent(cells, name, task) == "not run yet" else "all\ndiverged"
+                gone = "all\ndiverged" if ran(cells, name, task) else "not\nrun"
                 ax.text(i + offset, 0, gone, ha="center", va="bottom", fontsize=7)
         control = right == f"{left}/no pre-training"
         ticks.append(left if control else f"{right}\n(vs {left})")
@@ -1035,6 +1042,19 @@ def legend(ax):
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
+def copying(cells, name, task):
+    """(mean, std) over seeds of the share of a system's decoded words found in their source, and the
+    references' share: the cells' decode.copied. None where no cell has it (cells from before the
+    twelfth session did not measure it)."""
+    rows = [c["decode"]["copied"] for c in scored(cells) if c["system"] == name and c["task"] == task
+            and "copied" in c["decode"]]
+    if not rows:
+        return None
+    outputs = [r["outputs"] for r in rows]
+    std = statistics.stdev(outputs) if len(outputs) > 1 else 0.0
+    return statistics.mean(outputs), std, statistics.mean(r["references"] for r in rows)
+
+
 def plot_copying(ax, cells, task, names):
     """How much of what each system writes comes from its source: the share of its output words found
     in the source (mean over seeds, std bar; controls hatched), the references' share dashed, and the
@@ -1042,18 +1062,16 @@ def plot_copying(ax, cells, task, names):
     metric = TASKS[task]["main"]
     refs = []
     for i, name in enumerate(names):
-        rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task
-                and "copied" in c.get("decode", {})]
-        if not rows:
+        copied = copying(cells, name, task)
+        if copied is None:
             ax.text(i, 0, "not\nmeasured", ha="center", va="bottom", fontsize=7)
             continue
-        rates = [c["decode"]["copied"]["outputs"] for c in rows]
-        refs += [c["decode"]["copied"]["references"] for c in rows]
-        mean, std = statistics.mean(rates), statistics.stdev(rates) if len(rates) > 1 else 0.0
+        mean, std, references = copied
+        refs.append(references)
         hatch = "//" if SYSTEMS[name]["control"] else None
         ax.bar(i, mean, 0.6, yerr=std, capsize=3, color=color(name), hatch=hatch, edgecolor="black",
                alpha=0.9 if hatch is None else 0.5)
-        score = statistics.mean(c["scores"][metric]["f"] for c in rows)
+        score = summary(cells, name, task, metric)[0]
         ax.text(i, mean + std, f"{mean:.0f}%\n{NAMES[metric]} {score:.1f}", ha="center",
                 va="bottom", fontsize=7)
     if refs:

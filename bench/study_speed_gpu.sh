@@ -37,19 +37,21 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 python -c "import torch; print('torch', torch.__version__)"
 CACHE=out/studycache
 SPANS=$(ls -d $CACHE/pretrain-*/span_vocab.json | head -1)
+common() {  # $1: out dir. What the study's pre-training and fine-tuning jobs share
+  echo --objective $OBJ --preset small --cache_dir $CACHE --out_dir $1 --progress true --overwrite true \
+    --eval_interval 1000000 --eval_batches 1 --log_interval 10 --max_steps $STEPS --seed 0
+}
 flags() {  # $1: out dir
   if [ -n "${TASK:-}" ]; then ft_flags $1; return; fi
-  echo --objective $OBJ --preset small --vocab_size 16384 --cache_dir $CACHE --out_dir $1 --progress true \
-    --overwrite true --eval_interval 1000000 --eval_batches 1 --log_interval 10 --max_steps $STEPS --seq_len 256 \
-    --batch_size 128 --lr 7e-4 --seed 0 --data out/data/corpus $([ $OBJ = ernie_gen ] && echo --span_vocab $SPANS)
+  echo $(common $1) --vocab_size 16384 --seq_len 256 --batch_size 128 --lr 7e-4 --data out/data/corpus \
+    $([ $OBJ = ernie_gen ] && echo --span_vocab $SPANS)
 }
 ft_flags() {  # $1: out dir. TASK=gigaword|squad_qg: a study control's fine-tuning (from random weights, eager, batch
               # 64, lr 1e-3) on the task's training pairs, as study.py --ft_lr 1e-3 runs it
   local data=out/data/gigaword10k/train.article.txt
   [ $TASK = squad_qg ] && data=out/data/squad_qg/src-dev.txt
-  echo --objective $OBJ --preset small --task seq2seq --data $data --vocab $CACHE/study-vocab-16384.txt \
-    --cache_dir $CACHE --out_dir $1 --progress true --overwrite true --eval_interval 1000000 --eval_batches 1 \
-    --log_interval 10 --max_steps $STEPS --batch_size 64 --lr 1e-3 --compile false --seed 0
+  echo $(common $1) --task seq2seq --data $data --vocab $CACHE/study-vocab-16384.txt --batch_size 64 --lr 1e-3 \
+    --compile false
 }
 rate() {  # median corpus tokens/s and steps/s of a run's logged intervals after the second
   python - "$1" <<'PY'
