@@ -235,8 +235,8 @@ def train_step(run, autocast):
     run.optimizer.zero_grad(set_to_none=True)
     # remember the first non-finite step on the device: checked at the next log, no sync here
     finite = torch.isfinite(torch.as_tensor(loss_sum, dtype=torch.float32, device=dist_.device))
-    this_step = torch.tensor(run.step + 1, device=dist_.device)
-    run.first_bad = torch.where(finite, run.first_bad, torch.minimum(run.first_bad, this_step))
+    # (a clamp by a Python number: torch.tensor(step, device=...) would be a copy that waits for the GPU)
+    run.first_bad = torch.where(finite, run.first_bad, run.first_bad.clamp(max=run.step + 1))
     # what to say about this step if its loss turns out not finite
     last_ids = batches[-1].input_ids
     run.recent[run.step + 1] = (tuple(last_ids.shape), last_ids[0, :40].tolist(), loss_sum)

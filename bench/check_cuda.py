@@ -4,6 +4,8 @@ passes of FlexAttention and SDPA's math backend, and no CUDA graph).
     python bench/check_cuda.py
     python bench/check_cuda.py triton      # only the Triton kernels' checks (bench/check_triton.py,
                                            # bench/check_triton_additive.py)
+    python bench/check_cuda.py loop        # only: train.py's steps between logs never wait for the GPU
+                                           # (its tokenizer cache: $CACHE, else .cache)
 
 For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
   - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (fast.encode_flex: block mask from
@@ -22,9 +24,11 @@ beam 3 and 5, tokens identical, scores close), also with an [EOS] bias that make
 the model step's graph and the whole-step graph search (fast/beam.py); the whole-step graph search against the
 model step's graph under bf16 autocast (generate.py's setting on CUDA, every hypothesis of beam 5); and
 fast/triton_bias.py's Triton attention (bench/check_triton.py at base size) and fast/triton_additive.py's Triton copy
-scores (bench/check_triton_additive.py at base size; against model.additive_scores as the compiled ones). Prints a
+scores (bench/check_triton_additive.py at base size; against model.additive_scores as the compiled ones); and that
+train.py's steps between two logs never wait for the GPU (torch.cuda.set_sync_debug_mode, every objective). Prints a
 table; exits non-zero if a check fails. Without CUDA it exits with one line saying so (status 2).
 """
+import os
 import random
 import sys
 from pathlib import Path
@@ -276,6 +280,7 @@ def main():
     # `python bench/check_cuda.py triton`: only the Triton kernels' checks; `... decode`: only decoding's
     only_triton = sys.argv[1:] == ["triton"]
     only_decode = sys.argv[1:] == ["decode"]
+    only_loop = sys.argv[1:] == ["loop"]
     if not torch.cuda.is_available():
         print("check_cuda.py: error: this check needs a CUDA GPU (none here); the CPU-runnable twins are "
               "tests/test_fast.py, tests/test_fast_beam.py, tests/test_fast_graph_search.py and "
@@ -284,6 +289,14 @@ def main():
     dev = torch.device("cuda")
     tok = synthetic_tokenizer(30522)
     rows, ok = [], True
+    for name in ("unilm", "pmlm", "ernie_gen", "palm") if only_loop or not (only_triton or only_decode) else ():
+        try:
+            ok &= check_loop_syncs(name, rows)
+        except Exception as e:                       # report, and go on with the other checks
+            ok = False
+            rows.append((name, "loop check crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
+    if only_loop:
+        return report(rows, ok)
     for name in () if only_triton else ("unilm", "pmlm", "ernie_gen", "palm"):
         try:
             ok &= (check_decoding if only_decode else check_objective)(name, tok, dev, rows)
@@ -307,6 +320,42 @@ def main():
         ok = False
         rows.append(("palm", "triton copy scores crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
     report(rows, ok)
+
+
+def check_loop_syncs(name, rows, steps=range(3, 9)):
+    """train.py's steps between two logs never wait for the GPU (the loop checks the loss and logs every
+    log_interval steps, and syncs only there): torch.cuda.set_sync_debug_mode("warn") over `steps` of a
+    short run (after the compilation), and the warnings of a synchronizing call counted, with their lines."""
+    import tempfile
+    import warnings
+    import train
+    step_fn, seen = train.train_step, []
+
+    def audited(run, autocast):
+        if run.step not in steps:
+            return step_fn(run, autocast)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                return step_fn(run, autocast)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+                seen.extend(caught)
+    train.train_step = audited
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            train.main(["--objective", name, "--preset", "small", "--seq_len", "128", "--batch_size", "16",
+                        "--max_steps", str(max(steps) + 3), "--log_interval", "100", "--eval_interval", "1000",
+                        "--ckpt_interval", "1000", "--out_dir", out, "--progress", "false",
+                        "--vocab_size", "30522", "--cache_dir", os.environ.get("CACHE", ".cache")])
+    finally:
+        train.train_step = step_fn
+    syncs = [w for w in seen if "synchroniz" in str(w.message).lower()]
+    where = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in syncs})
+    rows.append((name, f"train.py's steps {min(steps)}-{max(steps)}: calls that wait for the GPU",
+                 f"{len(syncs)}" + (f" ({', '.join(where[:6])})" if where else ""), not syncs))
+    return not syncs
 
 
 def report(rows, ok):
