@@ -235,7 +235,9 @@ def bench_hf(args, device, vocab, compiled):
 def bench_loop(name, options, label, args, device, pack=False):
     """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl.
     pack: False, True (train.py --pack true) or an int m (--pack true with plan_packing's cheapest
-    width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures)."""
+    width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures),
+    or "fewest" (each batch at the width x64 with the fewest slots: plan_packing with key_cost 0), or
+    "within5" (each batch at its cheapest width x64 whose rows are at most 5% padding)."""
     import train
     packing, speed_up = train.packing, fast.speed_up
     copy_scores, options = split_options(options)
@@ -243,6 +245,11 @@ def bench_loop(name, options, label, args, device, pack=False):
     fast.speed_up = functools.partial(speed_up, copy_scores=copy_scores)
     if isinstance(pack, tuple):                # ("steady", m): train.py's one width, a multiple of m
         train.packing = lambda cfg, model, device: fast.SteadyPacking(multiple=pack[1])
+    elif isinstance(pack, str):                # "fewest" / "within5": each batch at its width x64 of fewest
+        # slots / at its cheapest width x64 whose rows are at most 5% padding
+        train.packing = lambda cfg, model, device: functools.partial(
+            fast.plan_packing, multiple=64, key_cost=0.0 if pack == "fewest" else fast.key_cost(model),
+            max_padding=None if pack == "fewest" else 0.05)
     elif pack is not True and pack:
         train.packing = lambda cfg, model, device: functools.partial(fast.plan_packing, multiple=pack,
                                                                      key_cost=fast.key_cost(model))
@@ -264,6 +271,8 @@ def bench_loop(name, options, label, args, device, pack=False):
     finally:
         train.packing, fast.speed_up = packing, speed_up
     suffix = (f" packed, one width x{pack[1]}" if isinstance(pack, tuple)
+              else {"fewest": " packed, fewest slots x64", "within5": " packed, cheapest x64 within 5%"}[pack]
+              if isinstance(pack, str)
               else {False: "", True: " packed"}.get(pack, f" packed, cheapest width x{pack}"))
     print(f"{label}{suffix}: the blocks compiled "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)
@@ -317,10 +326,11 @@ def main():
     ap.add_argument("--eager", action="store_true", help="no compiled blocks")
     ap.add_argument("--whole", default="", help="torch.compile the whole forward + loss with this mode (default, "
                                                 "max-autotune-no-cudagraphs, ...) instead of the blocks alone")
-    ap.add_argument("--pack", choices=["off", "on", "both", "widths", "steady"], default="off",
+    ap.add_argument("--pack", choices=["off", "on", "both", "widths", "steady", "layouts"], default="off",
                     help="several passages a row (train.py --pack): off, on, or both in one run; widths (--part "
                          "loop): off, on and on with the cheapest width per batch, a multiple of each --multiples; "
-                         "steady (--part loop): off, on (train.py's one width, x64) and one width x each other --multiples")
+                         "steady (--part loop): off, on (train.py's one width, x64) and one width x each other --multiples; "
+                         "layouts (--part loop): off, on, the cheapest width x64 per batch, the cheapest within 5%% padding")
     ap.add_argument("--multiples", default="8,16,64", help="--pack widths / steady: the widths' multiples")
     ap.add_argument("--dynamic", action="store_true",
                     help="compile the blocks for dynamic shapes (one kernel for every packed shape)")
@@ -341,7 +351,7 @@ def main():
     peak = M.peak_flops(device)
     only = set(args.only.split(",")) - {""}
     packs = {"off": (False,), "on": (True,), "both": (False, True), "widths": (False, True),
-             "steady": (False, True)}[args.pack]
+             "steady": (False, True), "layouts": (False, True, 64, "within5")}[args.pack]
     if args.pack == "widths":
         packs += tuple(int(m) for m in args.multiples.split(","))
     if args.pack == "steady":

@@ -27,12 +27,19 @@ and rows, the rows the packed batch has (the batch's passages in fewer rows). Ru
 holds more passages, so its last slots are a smaller share; dense attention costs more a token): the
 padding, and the blocks' FLOPs against steady x64's.
 
---speed PRESET also times training steps (forward, backward, AdamW) of a PRESET model on this device, the same
-batches one passage a row and packed (train.py --pack true), alternating so that a busy machine slows both alike:
-tokens/s are real tokens (padding excluded) over the median step time, the first step of each left out; the
-fastest steps' ratio beside it (on a machine shared with other work the fastest step is the steadier figure).
+--speed PRESET also times training steps (forward, backward, AdamW) of a PRESET model on this device, train.py's
+way (on CUDA: the blocks compiled for any shape, bf16, fused AdamW, lengths to a multiple of 64), every batch on
+every layout in turn (a different order each batch, so that a busy machine slows them alike): one passage a row;
+steady (train.py --pack true: fast.SteadyPacking); each batch at its own width priced for SDPA's dense attention
+(fast.plan_packing with fast.key_cost); each batch at the width with the fewest slots (key_cost 0); each batch at
+the cheapest width whose rows are at most 5% padding (plan_packing's max_padding). tokens/s are
+real tokens (padding excluded) over the median step time, the first --speed_warmup batches left out; the fastest
+steps' ratio beside it (on a machine shared with other work the fastest step is the steadier figure).
+
+    python bench/padding.py --speed base --batches 60 --speed_warmup 8 --vocab 30522    # on a GPU
 """
 import argparse
+import functools
 import random
 import statistics
 import sys
@@ -116,32 +123,64 @@ def cost(batches, width, key_cost):
     return total
 
 
+def layouts(model, multiple):
+    """The packings --speed compares: name -> what packs a batch (None: one passage a row). x64 where
+    the blocks are compiled (train.py's multiple), else 1."""
+    cost = fast.key_cost(model)
+    return {"one a row": None,
+            f"steady x{multiple}": fast.SteadyPacking(multiple),                 # train.py --pack true
+            f"x{multiple} priced for sdpa": functools.partial(fast.plan_packing, multiple=multiple, key_cost=cost),
+            f"x{multiple} fewest slots": functools.partial(fast.plan_packing, multiple=multiple, key_cost=0.0),
+            f"x{multiple} cheapest within 5%": functools.partial(fast.plan_packing, multiple=multiple, key_cost=cost,
+                                                                 max_padding=0.05)}
+
+
 def speed(name, passages, tok, args):
-    """Median step time (s) one passage a row and packed, and real tokens per step, on this device."""
+    """Training steps (forward, backward, AdamW) of the --speed preset on each layout of the same batches,
+    train.py's way on this device (on CUDA: blocks compiled for any shape, bf16, fused AdamW, lengths to
+    a multiple of 64). -> {layout: (median step s, fastest step s, padding)}, real tokens per step."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = device.type == "cuda"
     obj = get_objective(name, tok, max_len=args.seq_len)
     obj.set_step(10 ** 9, 10 ** 9)
     cfg = M.ModelConfig(**{**M.PRESETS[args.speed], "vocab_size": len(tok), **obj.model_defaults})
     torch.manual_seed(0)
-    model = M.Transformer(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    cost = fast.key_cost(model)
-    times = {False: [], True: []}
-    tokens = []
+    model = M.Transformer(cfg).to(device)
+    if cuda:
+        obj.pad_multiple = 64
+        fast.speed_up(model, compile=True, dynamic=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
+    plans = layouts(model, 64 if cuda else 1)
+    times = {k: [] for k in plans}
+    slots = dict.fromkeys(plans, 0)
+    real, warmup = 0, args.speed_warmup
     for k in range(args.batches):
         examples = data.batch_at(passages, args.batch, args.seed, k)
         batch = obj.make_batch(examples, random.Random(f"{args.seed}:0:{k}:0"))
-        tokens.append(batch.n_tokens)
-        # alternate the order: a machine that slows down mid-step slows both
-        for packed in ((False, True) if k % 2 else (True, False)):
-            view = fast.packed(model, fast.plan_packing(batch, 1, cost)) if packed else model
+        if k >= warmup:
+            real += batch.n_tokens
+        # a different order each batch: a machine that slows down mid-way slows every layout alike
+        order = list(plans)[k % len(plans):] + list(plans)[:k % len(plans)]
+        for layout in order:
+            plan = plans[layout]
+            # a copy of the batch for each layout (plan_packing writes the batch's extras)
+            b = plan(batch._map(lambda t: t)) if plan else batch
+            n, width = b.extras.get("pack_shape", b.input_ids.shape)
+            b = b.to(device)
             t0 = time.perf_counter()
-            obj.loss(view, batch)[0].backward()
+            with autocast:
+                loss = obj.loss(fast.packed(model, b), b)[0]
+            loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-            times[packed].append(time.perf_counter() - t0)
-    per_step = statistics.mean(tokens[1:])
-    fastest = {p: min(t[1:]) for p, t in times.items()}
-    return {p: statistics.median(t[1:]) for p, t in times.items()}, fastest, per_step
+            if cuda:
+                torch.cuda.synchronize()
+            if k >= warmup:
+                times[layout].append(time.perf_counter() - t0)
+                slots[layout] += n * width
+    return {k: (statistics.median(t), min(t), 1 - real / slots[k]) for k, t in times.items()}, \
+        real / (args.batches - warmup)
 
 
 def main():
@@ -158,7 +197,9 @@ def main():
     ap.add_argument("--steady_widths", default="",
                     help="comma-separated widths: also SteadyPacking's rows starting at each (padding, and "
                          "their dense-attention FLOPs over steady x64's)")
-    ap.add_argument("--speed", default="", help="a preset: also time its training steps, unpacked and packed")
+    ap.add_argument("--speed", default="", help="a preset: also time its training steps on each layout")
+    ap.add_argument("--speed_warmup", type=int, default=1,
+                    help="--speed: batches left out of the timing (compilation on a GPU)")
     args = ap.parse_args()
     args.steady_widths = [int(w) for w in args.steady_widths.split(",") if w]
     tok, splits, info = data.prepare_pretrain(args.data or None, args.vocab, args.cache,
@@ -184,16 +225,18 @@ def main():
                                                    for w in args.steady_widths) + " |")
     if not args.speed:
         return
-    print(f"\ntraining steps of the {args.speed} preset on {torch.get_num_threads()} CPU thread(s), torch "
-          f"{torch.__version__}, {args.batches} batches (sdpa; the first step of each way left out)")
-    print("| objective | one a row: step ms | tokens/s | packed: step ms | tokens/s | packed / one a row "
-          "| fastest steps |")
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else \
+        f"{torch.get_num_threads()} CPU thread(s)"
+    print(f"\ntraining steps of the {args.speed} preset on {device}, torch {torch.__version__}, "
+          f"{args.batches - args.speed_warmup} batches after {args.speed_warmup} of warm-up, each on every layout")
+    print("| objective | layout | padding | step ms | tokens/s | vs one a row | fastest steps vs one a row |")
     print("|---|---|---|---|---|---|---|")
     for name in args.only.split(","):
-        sec, fastest, tokens = speed(name, passages, tok, args)
-        print(f"| {name} | {sec[False] * 1000:.0f} | {tokens / sec[False]:,.0f} | {sec[True] * 1000:.0f} | "
-              f"{tokens / sec[True]:,.0f} | {sec[False] / sec[True]:.2f}x | "
-              f"{fastest[False] / fastest[True]:.2f}x |", flush=True)
+        result, tokens = speed(name, passages, tok, args)
+        base = result["one a row"]
+        for layout, (sec, fastest, pad) in result.items():
+            print(f"| {name} | {layout} | {pad:.1%} | {sec * 1000:.1f} | {tokens / sec:,.0f} | "
+                  f"{base[0] / sec:.2f}x | {base[1] / fastest:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -274,19 +274,24 @@ def key_cost(model):
     return (model.estimate_flops(1) - rest) / rest
 
 
-def pack_width(lengths, multiple=1, key_cost=0.0):
+def pack_width(lengths, multiple=1, key_cost=0.0, max_padding=None):
     """The row width for packing these lengths: the cheapest of the widths from the longest length
     (rounded up to `multiple`) to twice that, by rows * width * (1 + key_cost * width), the blocks'
     FLOPs with dense attention. The rows' total room rarely matches the tokens: a width a little
     wider than the longest passage often saves a row (most of the padding left on a corpus of short
-    passages is the last row's)."""
+    passages is the last row's). max_padding: the cheapest of the widths whose rows are at most this
+    share padding (the one with the fewest slots where none is)."""
     first = -(-max(lengths) // multiple) * multiple
     step = max(multiple, 8)
-    cost = lambda width: pack_rows(lengths, width)[1] * width * (1 + key_cost * width)
-    return min(range(first, 2 * first + 1, step), key=cost)
+    widths = range(first, 2 * first + 1, step)
+    slots = {width: pack_rows(lengths, width)[1] * width for width in widths}
+    if max_padding is not None:
+        fits = [width for width in widths if 1 - sum(lengths) / slots[width] <= max_padding]
+        widths = fits or [min(widths, key=slots.get)]
+    return min(widths, key=lambda width: slots[width] * (1 + key_cost * width))
 
 
-def plan_packing(batch, multiple=1, key_cost=0.0, width=None):
+def plan_packing(batch, multiple=1, key_cost=0.0, width=None, max_padding=None):
     """The packing of a Batch, computed on the CPU (where the batch is built): its passages go into
     rows of pack_width (or of `width`, widened to the longest passage), several to a row. -> the
     Batch with three extras: "pack_tokens" (N,) where its N real tokens are in the batch flattened
@@ -298,7 +303,7 @@ def plan_packing(batch, multiple=1, key_cost=0.0, width=None):
     real = batch.kind != PAD                                            # (B, L)
     lengths = real.sum(1).tolist()
     if width is None:
-        width = pack_width(lengths, multiple, key_cost)
+        width = pack_width(lengths, multiple, key_cost, max_padding)
     width = max(width, -(-max(lengths) // multiple) * multiple)
     place, rows = pack_rows(lengths, width)
     first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot

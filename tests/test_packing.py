@@ -102,6 +102,19 @@ def test_pack_width_saves_the_last_row():
     assert fast.key_cost(tiny_model(100, attn_impl="flex")) == 0
 
 
+def test_pack_width_within_a_padding_budget():
+    """max_padding: the cheapest width whose rows are at most that share padding, else the width with the fewest
+    slots (bench/padding.py's "cheapest within 5%" layout)."""
+    # width 96: rows 96 | 64+32 | 64, 288 slots for 256 tokens (11% padding), the cheapest at 0.01 a key;
+    # width 128: 96+32 | 64+64, no padding
+    lengths = [96, 32, 64, 64]
+    assert fast.pack_width(lengths, 32, key_cost=0.01) == 96
+    assert fast.pack_width(lengths, 32, key_cost=0.01, max_padding=0.05) == 128
+    assert fast.pack_width(lengths, 32, key_cost=0.01, max_padding=0.2) == 96
+    # no width pads under 5% (96: 29%, 128: 47%, 160: 15%, 192: 29%): the fewest slots, 160
+    assert fast.pack_width([96, 40], 32, key_cost=0.01, max_padding=0.05) == 160
+
+
 @pytest.mark.parametrize("name,task", TASKS)
 @pytest.mark.parametrize("multiple", [1, 64])
 def test_pack_then_unpack_gives_every_token_back(tok, passages, pairs, name, task, multiple):
