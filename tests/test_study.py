@@ -385,6 +385,21 @@ def test_pmlm_par_option_does_not_change_fine_tuning():
     assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.labels, b.labels)
 
 
+def test_jobs_go_to_the_gpus_the_run_may_use(tmp_path, monkeypatch):
+    """A job's slot picks its GPU among the run's own: 0..gpus-1, or the CUDA_VISIBLE_DEVICES the
+    scheduler was started with (several studies side by side, one a GPU)."""
+    seen = []
+    monkeypatch.setattr(study.subprocess, "Popen", lambda cmd, *a, env=None, **kw: seen.append(env))
+    for visible, gpus, wanted in (("", 2, ["0", "1", "0"]), ("3", 1, ["3", "3", "3"]),
+                                  ("2,5", 2, ["2", "5", "2"])):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        args = study.parse_args(["--gpus", str(gpus), "--per_gpu", "2", "--out", str(tmp_path)])
+        seen.clear()
+        for slot in range(3):
+            study.start_job(("pre", "pmlm", 0), slot, args, tmp_path)
+        assert [e["CUDA_VISIBLE_DEVICES"] for e in seen] == wanted
+
+
 def test_mps_daemon_is_the_runs_own_and_reaches_every_job(tmp_path, monkeypatch):
     """--mps: the control daemon starts with this run's own pipe and log folders, every job's
     environment names them, and the daemon is told to quit when the run ends, even by an error.
