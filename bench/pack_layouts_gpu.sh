@@ -5,7 +5,9 @@
 #   bash bench/pack_layouts_gpu.sh loop    # train.py's own loop on each layout (bench_train.py --pack layouts)
 # Base preset, batch 32, text 512, vocab 30522, bf16, the blocks compiled for any shape (train.py on CUDA).
 # Layouts: one passage a row; steady x64 (fast.SteadyPacking, train.py --pack true); each batch at its width x64
-# priced for SDPA (fast.plan_packing with fast.key_cost); each batch at its width x64 with the fewest slots.
+# priced for SDPA (fast.plan_packing with fast.key_cost); each batch at its width x64 with the fewest slots; each
+# batch at its cheapest width x64 whose rows are at most 5% padding (plan_packing's max_padding; the loop: no
+# fewest-slots run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

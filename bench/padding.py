@@ -202,6 +202,8 @@ def main():
                     help="--speed: batches left out of the timing (compilation on a GPU)")
     args = ap.parse_args()
     args.steady_widths = [int(w) for w in args.steady_widths.split(",") if w]
+    if args.speed and not 0 <= args.speed_warmup < args.batches:
+        ap.error(f"--speed_warmup {args.speed_warmup} must be in [0, --batches {args.batches})")
     tok, splits, info = data.prepare_pretrain(args.data or None, args.vocab, args.cache,
                                               max_tokens=args.seq_len - 3, progress=True)
     passages = splits["train"]

@@ -398,6 +398,12 @@ def test_jobs_go_to_the_gpus_the_run_may_use(tmp_path, monkeypatch):
         for slot in range(3):
             study.start_job(("pre", "pmlm", 0), slot, args, tmp_path)
         assert [e["CUDA_VISIBLE_DEVICES"] for e in seen] == wanted
+    # the CPU's threads: the scheduler's own OMP_NUM_THREADS where set, else the cores over the slots
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    study.start_job(("pre", "pmlm", 0), 0, args, tmp_path)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    study.start_job(("pre", "pmlm", 0), 0, args, tmp_path)
+    assert [e["OMP_NUM_THREADS"] for e in seen[-2:]] == ["3", str(max(1, (os.cpu_count() or 2) // 4))]
 
 
 def test_mps_daemon_is_the_runs_own_and_reaches_every_job(tmp_path, monkeypatch):
