@@ -236,8 +236,7 @@ def bench_loop(name, options, label, args, device, pack=False):
     """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl.
     pack: False, True (train.py --pack true) or an int m (--pack true with plan_packing's cheapest
     width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures),
-    or "fewest" (each batch at the width x64 with the fewest slots: plan_packing with key_cost 0), or
-    "within5" (each batch at its cheapest width x64 whose rows are at most 5% padding)."""
+    or "within5" (each batch at its cheapest width x64 whose rows are at most 5% padding)."""
     import train
     packing, speed_up = train.packing, fast.speed_up
     copy_scores, options = split_options(options)
@@ -245,11 +244,9 @@ def bench_loop(name, options, label, args, device, pack=False):
     fast.speed_up = functools.partial(speed_up, copy_scores=copy_scores)
     if isinstance(pack, tuple):                # ("steady", m): train.py's one width, a multiple of m
         train.packing = lambda cfg, model, device: fast.SteadyPacking(multiple=pack[1])
-    elif isinstance(pack, str):                # "fewest" / "within5": each batch at its width x64 of fewest
-        # slots / at its cheapest width x64 whose rows are at most 5% padding
+    elif pack == "within5":                    # each batch at its cheapest width x64 with <= 5% padding
         train.packing = lambda cfg, model, device: functools.partial(
-            fast.plan_packing, multiple=64, key_cost=0.0 if pack == "fewest" else fast.key_cost(model),
-            max_padding=None if pack == "fewest" else 0.05)
+            fast.plan_packing, multiple=64, key_cost=fast.key_cost(model), max_padding=0.05)
     elif pack is not True and pack:
         train.packing = lambda cfg, model, device: functools.partial(fast.plan_packing, multiple=pack,
                                                                      key_cost=fast.key_cost(model))
@@ -271,8 +268,7 @@ def bench_loop(name, options, label, args, device, pack=False):
     finally:
         train.packing, fast.speed_up = packing, speed_up
     suffix = (f" packed, one width x{pack[1]}" if isinstance(pack, tuple)
-              else {"fewest": " packed, fewest slots x64", "within5": " packed, cheapest x64 within 5%"}[pack]
-              if isinstance(pack, str)
+              else " packed, cheapest x64 within 5%" if pack == "within5"
               else {False: "", True: " packed"}.get(pack, f" packed, cheapest width x{pack}"))
     print(f"{label}{suffix}: the blocks compiled "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)

@@ -28,18 +28,19 @@ done
 wait
 tail -n 3 "$WORK"/*.log
 python - "$OUT" "$WORK" <<'PY'
-import json, re, sys
+import json, sys
 from pathlib import Path
+from bench import study
 out, work = Path(sys.argv[1]), Path(sys.argv[2])
 print("| pre-training lr | system | last pre-training loss | gigaword ROUGE-L | squad_qg BLEU-4 | squad_qg ROUGE-L |")
 print("|---|---|---|---|---|---|")
 for f in sorted(out.glob("cells-pre-lr-*.jsonl"), key=lambda p: float(p.stem[len("cells-pre-lr-"):])):
     lr = f.stem[len("cells-pre-lr-"):]
-    cells = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    cells = list(study.read_cells(f).values())
     for name in sorted({c["system"] for c in cells}):
         got = {c["task"]: c.get("scores") or {} for c in cells if c["system"] == name}
-        metrics = sorted((work / lr / "run" / "work").glob(f"{re.sub('[^a-z0-9_]+', '-', name)}-s0/pre/metrics.jsonl"))
-        rows = [json.loads(x) for x in metrics[0].read_text().splitlines()] if metrics else []
+        metrics = work / lr / "run" / "work" / f"{study.slug(name)}-s0" / "pre" / "metrics.jsonl"
+        rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.exists() else []
         loss = [r["loss"] for r in rows if r.get("split") == "train" and "loss" in r]
         f1 = lambda t, m: f"{got[t][m]['f']:.2f}" if got.get(t, {}).get(m) else "-"
         print(f"| {lr} | {name} | {loss[-1] if loss else float('nan'):.4f} | {f1('gigaword', 'rougeL')} | "
