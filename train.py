@@ -230,7 +230,9 @@ def train_step(run, autocast):
             run.seen.setdefault(k, []).append(v.detach() if torch.is_tensor(v) else v)
     if cfg.grad_clip > 0:
         # foreach: one norm over all gradients at once, also on a CPU (the same numbers)
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip, foreach=True)
+        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip, foreach=True)
+        # the norm before clipping, logged (a run about to diverge shows it growing first)
+        run.seen.setdefault("grad_norm", []).append(norm.detach())
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     # remember the first non-finite step on the device: checked at the next log, no sync here

@@ -70,6 +70,21 @@ def test_checkpoint_is_complete_and_loss_falls(tmp_path, corpus):
     assert not list(out.glob("*.tmp"))                      # atomic writes leave no temp file behind
 
 
+def test_the_gradient_norm_before_clipping_is_logged(tmp_path, corpus, monkeypatch):
+    """metrics.jsonl's grad_norm is the norm clip_grad_norm_ measured (before it clipped), each step's;
+    without clipping there is none."""
+    clip, norms = torch.nn.utils.clip_grad_norm_, []
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                        lambda *a, **k: norms.append(clip(*a, **k)) or norms[-1])
+    out = run(["--objective", "pmlm", "--max_steps", "3", "--grad_clip", "0.5"], tmp_path, corpus, "clipped")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = [r["grad_norm"] for r in rows if r["split"] == "train"]
+    assert logged == [float(n) for n in norms] and len(logged) == 3 and min(logged) > 0.5
+    out = run(["--objective", "pmlm", "--max_steps", "2", "--grad_clip", "0"], tmp_path, corpus, "unclipped")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert not any("grad_norm" in r for r in rows)
+
+
 def test_unknown_setting_is_refused():
     with pytest.raises(UsageError, match="unknown setting --n_layers"):
         train.main(["--n_layers", "3"])
