@@ -6,6 +6,7 @@ passes of FlexAttention and SDPA's math backend, and no CUDA graph).
                                            # bench/check_triton_additive.py)
     python bench/check_cuda.py loop        # only: train.py's steps between logs never wait for the GPU
                                            # (its tokenizer cache: $CACHE, else .cache)
+    TORCH_SHOW_CPP_STACKTRACES=1 python bench/check_cuda.py loop error unilm   # where a step waits, if one does
 
 For every objective's real pre-training batch (base preset shapes, random weights, dropout 0):
   - the final hidden states of SDPA (cuDNN / efficient kernels) and FlexAttention (fast.encode_flex: block mask from
@@ -26,8 +27,10 @@ model step's graph under bf16 autocast (generate.py's setting on CUDA, every hyp
 fast/triton_bias.py's Triton attention (bench/check_triton.py at base size) and fast/triton_additive.py's Triton copy
 scores (bench/check_triton_additive.py at base size; against model.additive_scores as the compiled ones). `loop`
 (not an equality, so not in the default run) checks that train.py's steps between two logs never wait for the GPU
-(torch.cuda.set_sync_debug_mode, every objective). Prints a table; exits non-zero if a check fails. Without CUDA it exits with one line saying so (status 2).
+(torch.cuda.set_sync_debug_mode, every objective); `loop error [OBJECTIVE...]` stops each run at the first call
+that waits and prints its traceback. Prints a table; exits non-zero if a check fails. Without CUDA it exits with one line saying so (status 2).
 """
+import contextlib
 import os
 import random
 import sys
@@ -281,7 +284,10 @@ def main():
     # `... loop`: only the audit of train.py's steps
     only_triton = sys.argv[1:] == ["triton"]
     only_decode = sys.argv[1:] == ["decode"]
-    only_loop = sys.argv[1:] == ["loop"]
+    only_loop = sys.argv[1:2] == ["loop"]
+    # `... loop error OBJECTIVE...`: stop at the first call that waits and print where it came from
+    loop_mode = "error" if sys.argv[2:3] == ["error"] else "warn"
+    loop_names = [a for a in sys.argv[2:] if a != "error"] or ("unilm", "pmlm", "ernie_gen", "palm")
     if not torch.cuda.is_available():
         print("check_cuda.py: error: this check needs a CUDA GPU (none here); the CPU-runnable twins are "
               "tests/test_fast.py, tests/test_fast_beam.py, tests/test_fast_graph_search.py and "
@@ -291,9 +297,9 @@ def main():
     tok = synthetic_tokenizer(30522)
     rows, ok = [], True
     if only_loop:
-        for name in ("unilm", "pmlm", "ernie_gen", "palm"):
+        for name in loop_names:
             try:
-                ok &= check_loop_syncs(name, rows)
+                ok &= check_loop_syncs(name, rows, mode=loop_mode)
             except Exception as e:                   # report, and go on with the other objectives
                 ok = False
                 rows.append((name, "loop check crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
@@ -323,11 +329,21 @@ def main():
     report(rows, ok)
 
 
-def check_loop_syncs(name, rows, steps=range(3, 9)):
+def is_wait(message):
+    """Whether a warning of torch.cuda.set_sync_debug_mode("warn") reports a call that waited for the GPU: its
+    notice that the mode is a prototype, given once when it is first switched on, is not one (counted as
+    unilm's one wait until the fifteenth session)."""
+    return "called a synchronizing cuda operation" in str(message).lower()
+
+
+def check_loop_syncs(name, rows, steps=range(3, 9), mode="warn"):
     """train.py's steps between two logs never wait for the GPU (the loop checks the loss and logs every
     log_interval steps, and syncs only there): torch.cuda.set_sync_debug_mode("warn") over `steps` of a
-    short run (after the compilation), and the warnings of a synchronizing call counted, with their lines."""
+    short run (after the compilation), and the warnings of a synchronizing call counted, with their lines.
+    mode "error": the first such call raises, and its traceback (Python, and C++ where
+    TORCH_SHOW_CPP_STACKTRACES=1) is printed: where a warning cannot say which call waited."""
     import tempfile
+    import traceback
     import warnings
     import train
     step_fn, seen = train.train_step, []
@@ -337,26 +353,40 @@ def check_loop_syncs(name, rows, steps=range(3, 9)):
             return step_fn(run, autocast)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
+            torch.cuda.set_sync_debug_mode(mode)
             try:
                 return step_fn(run, autocast)
+            except RuntimeError as e:
+                if mode == "error" and is_wait(e):
+                    print(f"--- {name}, step {run.step + 1}: the call that waited ---\n{traceback.format_exc()}")
+                    last = traceback.extract_tb(e.__traceback__)[-1]
+                    seen.append(warnings.WarningMessage(str(e), RuntimeWarning, last.filename, last.lineno))
+                    raise _Stop() from e
+                raise
             finally:
                 torch.cuda.set_sync_debug_mode("default")
                 seen.extend(caught)
     train.train_step = audited
     try:
-        with tempfile.TemporaryDirectory() as out:
+        with tempfile.TemporaryDirectory() as out, contextlib.suppress(_Stop):
             train.main(["--objective", name, "--preset", "small", "--seq_len", "128", "--batch_size", "16",
                         "--max_steps", str(max(steps) + 3), "--log_interval", "100", "--eval_interval", "1000",
                         "--ckpt_interval", "1000", "--out_dir", out, "--progress", "false",
                         "--vocab_size", "30522", "--cache_dir", os.environ.get("CACHE", ".cache")])
     finally:
         train.train_step = step_fn
-    syncs = [w for w in seen if "synchroniz" in str(w.message).lower()]
+    syncs = [w for w in seen if is_wait(w.message)]
+    for w in syncs:
+        # what the warning says, not only where Python was when it arrived
+        print(f"--- {name}: {w.filename}:{w.lineno}: {str(w.message)[:2000]}")
     where = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in syncs})
     rows.append((name, f"train.py's steps {min(steps)}-{max(steps)}: calls that wait for the GPU",
                  f"{len(syncs)}" + (f" ({', '.join(where[:6])})" if where else ""), not syncs))
     return not syncs
+
+
+class _Stop(Exception):
+    """check_loop_syncs's mode "error": the first call that waited ends the run."""
 
 
 def report(rows, ok):

@@ -271,3 +271,14 @@ def test_graph_bookkeeping(name, monkeypatch):
         assert {m[-1] for m in masks} == {dec.cache.capacity}          # the source pass and every step
         if min_len == 10:                                              # static shapes from the second step on
             assert len(set(masks[2:])) == 1 and len(masks) == 11
+
+
+def test_the_loop_audit_counts_a_call_that_waits_not_the_prototype_notice():
+    """bench/check_cuda.py loop counts the warnings torch.cuda.set_sync_debug_mode("warn") gives for a call that waits
+    for the GPU; torch's notice that the mode is a prototype (its first switch) is not one (the texts of torch 2.11)."""
+    from bench.check_cuda import is_wait
+    assert is_wait("called a synchronizing CUDA operation (Triggered internally at "
+                   "/pytorch/c10/cuda/CUDAFunctions.cpp:162.)")
+    assert is_wait(RuntimeError("called a synchronizing CUDA operation"))
+    assert not is_wait("Synchronization debug mode is a prototype feature and does not yet detect all "
+                       "synchronizing operations (Triggered internally at /pytorch/torch/csrc/cuda/Module.cpp:1003.)")
