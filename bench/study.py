@@ -84,10 +84,18 @@ settings, so they go to their own folder and page:
     python bench/study.py --ft_lr 1e-3 --cells bench/study/cells-ft-lr-1e-3 --gpus 4 --per_gpu 4 --mps ...
     python bench/study.py import FILE.jsonl --cells bench/study/cells-ft-lr-1e-3
     python bench/study.py report --cells bench/study/cells-ft-lr-1e-3 --page bench/study/ft-lr-1e-3.md
-The pre-training lr (fourteenth session, bench/study_pre_lr_gpu.sh: one study a GPU, pmlm, seed 0): the study's
-7e-4 gave 27.97 ROUGE-L / 6.22 BLEU-4, 1.2e-3 25.57 / 4.49, and 2e-3 and 3e-3 broke pre-training. Several studies
-side by side: each picks its GPUs among CUDA_VISIBLE_DEVICES and gives its jobs the OMP_NUM_THREADS it was
-started with (where set).
+The pre-training lr (fourteenth session, bench/study_variants_gpu.sh's default variants: one study a GPU, pmlm,
+seed 0): the study's 7e-4 gave 27.97 ROUGE-L / 6.22 BLEU-4, 1.2e-3 25.57 / 4.49, and 2e-3 and 3e-3 broke
+pre-training; 5e-4 (fifteenth session, one H100) 27.63 / 5.87. Several studies side by side: each picks its GPUs
+among CUDA_VISIBLE_DEVICES and gives its jobs the OMP_NUM_THREADS it was started with (where set).
+--corpus shared+task_sources pre-trains on the shared corpus and the SOURCES of both tasks' training pairs (never a
+target or a held-out source; task-adaptive pre-training): pmlm, seed 0, gave 26.78 / 5.78 at 7e-4 and 26.94 /
+5.49 at 5e-4 (fifteenth session): it loses. --ft_warmup sets the fine-tunings' warm-up; --tasks runs one task.
+--ft_attn naive fine-tunes on the written-out attention: at lr 1e-3 the SQuAD QG controls of unilm and ernie_gen
+stopped on a NaN loss in 10 of 14 runs on SDPA and in none of 10 written out (fifteenth session,
+bench/study_nan_gpu.sh; SDPA picks cuDNN's kernel there, and held to it one of two runs stopped, held to the
+memory-efficient kernel or the math backend none); the five cells of the ft-lr-1e-3 study that had stopped ran again that way, and the page
+counts them. A layout like --pack (the same function), so not a setting.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """
@@ -219,15 +227,44 @@ def settings(args):
     if args.tiny:
         # a smoke run of the whole pipeline (CI's tests/test_study.py): the fewest steps that still
         # pre-train the two objectives in different numbers of steps
-        return dict(preset="tiny", vocab=2048, corpus_tokens=12_000, seq_len=96, batch=16,
-                    ft_steps=8, ft_batch=8, lr=1e-3, ft_lr=1e-3, tasks=["docsum"], n_score=8)
-    return dict(preset="small", vocab=16384, corpus_tokens=40_000_000, seq_len=256,
-                batch=args.pre_batch, lr=args.pre_lr, ft_steps=1500, ft_batch=64, ft_lr=args.ft_lr,
-                tasks=["gigaword", "squad_qg"], n_score=None)
+        cfg = dict(preset="tiny", vocab=2048, corpus_tokens=12_000, seq_len=96, batch=16,
+                   ft_steps=8, ft_batch=8, lr=1e-3, ft_lr=1e-3, tasks=["docsum"], n_score=8)
+    else:
+        cfg = dict(preset="small", vocab=16384, corpus_tokens=40_000_000, seq_len=256,
+                   batch=args.pre_batch, lr=args.pre_lr, ft_steps=1500, ft_batch=64, ft_lr=args.ft_lr,
+                   tasks=args.tasks, n_score=None)
+    # recorded only where they differ from the first study's, whose cells name neither
+    if args.corpus != "shared":
+        cfg["corpus"] = args.corpus
+    if args.ft_warmup >= 0:
+        cfg["ft_warmup"] = args.ft_warmup
+    return cfg
 
 
 def corpus_path(cfg, args):
-    return None if cfg["preset"] == "tiny" else str(Path(args.data_dir) / "corpus")
+    if cfg["preset"] == "tiny":
+        return None
+    if cfg.get("corpus") == "shared+task_sources":
+        return str(corpus_with_task_sources(args))
+    return str(Path(args.data_dir) / "corpus")
+
+
+def corpus_with_task_sources(args):
+    """The shared corpus and the SOURCES of both tasks' training pairs (Gigaword's 10k articles, the
+    SQuAD QG sentences of its training part), each one document: unlabelled text of the tasks'
+    domains (task-adaptive pre-training, Gururangan et al. 2020). No target, no held-out source."""
+    folder = Path(args.cache_dir) / "corpus-with-task-sources"
+    if not (folder / "task_sources" / "done").exists():
+        shutil.copytree(Path(args.data_dir) / "corpus", folder / "shared", dirs_exist_ok=True)
+        articles = read_lines(Path(args.data_dir) / TASKS["gigaword"]["train"])
+        # a sentence comes once per question asked on it: once here
+        sentences = list(dict.fromkeys(read_lines(squad_split(args.data_dir, args.out) / "train.src")))
+        for name, docs in (("gigaword_train_articles.txt", articles),
+                           ("squad_qg_train_sources.txt", sentences)):
+            # a blank line between documents (data.read_documents)
+            atomic_write(folder / "task_sources" / name, "".join(d + "\n\n" for d in docs if d.strip()))
+        atomic_write(folder / "task_sources" / "done", "")
+    return folder
 
 
 def systems_of(args):
@@ -447,6 +484,8 @@ def run_cell(name, task, seed, cfg, args):
     flags = train_flags(cfg, spec["objective"], out, cache, args, args.ft_compile, args.ft_pack)
     flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size",
               str(cfg["ft_batch"]), "--lr", str(cfg["ft_lr"]), "--seed", str(seed)]
+    flags += ["--warmup_steps", str(cfg["ft_warmup"])] if "ft_warmup" in cfg else []
+    flags += ["--attn_impl", args.ft_attn]
     flags += ["--data", train_file(task, args)] if task != "docsum" else []
     flags += option_flags(options)
     pre = None
@@ -455,7 +494,7 @@ def run_cell(name, task, seed, cfg, args):
         pre = json.loads((folder / "done.json").read_text())
         flags += ["--init_from", str(folder / "ckpt.pt")]
     else:
-        flags += ["--vocab", vocab_file(cfg, cache, args)]
+        flags += ["--vocab", vocab_file(cfg, args)]
     t0 = time.time()
     cell = dict(system=name, task=task, seed=seed, objective=spec["objective"],
                 settings=settings_key(cfg), options=dict(pre=spec["pre"], ft=options),
@@ -467,12 +506,14 @@ def run_cell(name, task, seed, cfg, args):
         if e.code != train.DIVERGED:
             raise
         # the loss went non-finite: the same seed would again, so the cell is done, without scores
-        cell.update(diverged=True, finetune=dict(seconds=time.time() - t0, packed=packed(args.ft_pack)))
+        cell.update(diverged=True, finetune=dict(seconds=time.time() - t0, packed=packed(args.ft_pack),
+                                                 attn=args.ft_attn))
         atomic_write(staged, json.dumps(cell))
         return
     ft_seconds = time.time() - t0
     ft_batch = options.get("batch_size", cfg["ft_batch"])
     cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=ft_seconds, packed=packed(args.ft_pack),
+                            attn=args.ft_attn,
                             flops=cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, ft_batch,
                                                                    args))
     cell.update(score(out / "ckpt.pt", task, cfg, args, spec["lp"].get(task, TASKS[task]["lp"])))
@@ -485,13 +526,19 @@ def train_file(task, args):
     return str(squad_split(args.data_dir, args.out) / "train.src")
 
 
-def vocab_file(cfg, cache, args):
+def vocab_file(cfg, args):
     """The study's vocabulary as a file (a control starts from random weights but reads the same
     pieces)."""
-    path = Path(cache) / f"study-vocab-{cfg['vocab']}.txt"
+    path = vocab_path(cfg, args)
     if not path.exists():
         prepare(cfg, args, ernie=False)
     return str(path)
+
+
+def vocab_path(cfg, args):
+    """The study's vocabulary file: one per corpus (the shared corpus's keeps its first name)."""
+    corpus = "" if cfg.get("corpus", "shared") == "shared" else f"-{slug(cfg['corpus'])}"
+    return Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}{corpus}.txt"
 
 
 def prepare(cfg, args, ernie, progress=False):
@@ -501,7 +548,7 @@ def prepare(cfg, args, ernie, progress=False):
     import data
     tok, splits, info = data.prepare_pretrain(corpus_path(cfg, args), cfg["vocab"], args.cache_dir,
                                               max_tokens=cfg["seq_len"] - 3, progress=progress)
-    tok.save(Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt")
+    tok.save(vocab_path(cfg, args))
     # where train.py looks for it (train.load_data)
     spans = Path(info["cache_path"]) / "span_vocab.json"
     if ernie:
@@ -767,7 +814,8 @@ def forwarded(args):
              "--compile", args.compile, "--ft_compile", args.ft_compile, "--pack", args.pack,
              "--ft_pack", args.ft_pack,
              "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
-             str(args.pre_lr), "--ft_lr", str(args.ft_lr)]
+             str(args.pre_lr), "--ft_lr", str(args.ft_lr), "--ft_warmup", str(args.ft_warmup),
+             "--corpus", args.corpus, "--tasks", ",".join(args.tasks), "--ft_attn", args.ft_attn]
     return flags + (["--tiny"] if args.tiny else [])
 
 
@@ -978,8 +1026,12 @@ def layout(cells):
     said = [f"{what} {sum(r.get('packed', False) for r in records)} of {len(records)} packed"
             for what, records in (("pre-trainings", list(pretrainings(cells).values())),
                                   ("fine-tunings", [c.get("finetune", {}) for c in cells.values()]))]
+    # a record without the field predates --ft_attn, when every fine-tuning ran on SDPA
+    naive = sum(c.get("finetune", {}).get("attn") == "naive" for c in cells.values())
+    attn = (f" Fine-tunings on the written-out attention (study.py --ft_attn naive; the others on SDPA): "
+            f"{naive} of {len(cells)}." if naive else "")
     return ("Batches (study.py --pack, --ft_pack; the others one passage a row): " + ", ".join(said)
-            + ".")
+            + "." + attn)
 
 
 def ran(cells, name, task):
@@ -1153,11 +1205,18 @@ def parse_args(argv):
                     help="where new cells go: a folder, or a .jsonl file (default OUT/cells)")
     ap.add_argument("--page", default=str(PAGE), help="report: the page to write")
     ap.add_argument("--only", default="", help="comma-separated systems (any subset of SYSTEMS)")
+    ap.add_argument("--tasks", default="gigaword,squad_qg",
+                    help="comma-separated tasks of this run (the cells of both stay comparable)")
     ap.add_argument("--pre_batch", type=int, default=128, help="pre-training batch (all objectives)")
     ap.add_argument("--pre_lr", type=float, default=7e-4, help="pre-training peak learning rate")
     ap.add_argument("--ft_lr", type=float, default=3e-4,
                     help="fine-tuning peak learning rate (all systems; another value is another "
                          "study: give it its own --cells and --page)")
+    ap.add_argument("--ft_warmup", type=int, default=-1,
+                    help="fine-tuning warm-up steps (all systems); -1: train.py's 5%% of the steps")
+    ap.add_argument("--corpus", default="shared", choices=("shared", "shared+task_sources"),
+                    help="pre-training text: --data_dir's corpus, or it and the sources of both tasks' "
+                         "training pairs (never a target or a held-out source)")
     ap.add_argument("--compile", default="auto", choices=("auto", "true", "false"),
                     help="train.py's --compile for the pre-trainings")
     ap.add_argument("--ft_compile", default="false", choices=("auto", "true", "false"),
@@ -1173,6 +1232,11 @@ def parse_args(argv):
                     help="train.py's --pack for the fine-tunings (eager, host-bound: four palm SQuAD QG "
                          "fine-tunings under --mps on an H200 ran 7.7-8.1 steps/s each packed, "
                          "10.6-12.1 not)")
+    ap.add_argument("--ft_attn", default="sdpa", choices=("sdpa", "naive"),
+                    help="train.py's --attn_impl for the fine-tunings: the same function either way (a "
+                         "layout, like --pack, not a setting); at lr 1e-3 some fine-tunings from random "
+                         "weights stopped on a NaN loss on SDPA and none on the written-out one "
+                         "(bench/study_nan_gpu.sh)")
     ap.add_argument("--cache_dir", default="",
                     help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")
     ap.add_argument("--mps", action="store_true",
@@ -1182,6 +1246,14 @@ def parse_args(argv):
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--stop_after_cells", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks or set(tasks) - {"gigaword", "squad_qg"}:
+        raise UsageError(f"--tasks {args.tasks!r}: choose gigaword, squad_qg or both (comma-separated)")
+    args.tasks = [t for t in ("gigaword", "squad_qg") if t in tasks]
+    if args.tiny and args.corpus != "shared":
+        raise UsageError("--corpus: --tiny reads the embedded corpus and task only")
+    if args.ft_warmup < -1:
+        raise UsageError(f"--ft_warmup must be >= 0 (or -1), got {args.ft_warmup}")
     if args.tiny:
         args.seeds = 1
     if args.cells is None:

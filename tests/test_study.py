@@ -447,3 +447,99 @@ def test_mps_daemon_is_the_runs_own_and_reaches_every_job(tmp_path, monkeypatch)
     with study.multi_process_service(study.parse_args(["--gpus", "1"])) as env:
         assert env == {}
     assert len(calls.read_text().splitlines()) == 2
+
+
+def test_task_sources_corpus_adds_only_training_sources(tmp_path):
+    """--corpus shared+task_sources: the shared corpus's files and, one document each, Gigaword's
+    training articles and SQuAD QG's training sentences (once each); no target and no held-out source."""
+    data_dir = tmp_path / "data"
+    (data_dir / "corpus").mkdir(parents=True)
+    (data_dir / "corpus" / "book.txt").write_text("first paragraph .\n\nsecond paragraph .\n")
+    (data_dir / "gigaword10k").mkdir()
+    (data_dir / "gigaword10k" / "train.article.txt").write_text("article one .\narticle two .\n")
+    (data_dir / "gigaword10k" / "train.title.txt").write_text("title one\ntitle two\n")
+    (data_dir / "squad_qg").mkdir()
+    src = [f"sentence {i} ." for i in (0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9)]
+    (data_dir / "squad_qg" / "src-dev.txt").write_text("".join(s + "\n" for s in src))
+    (data_dir / "squad_qg" / "tgt-dev.txt").write_text("".join(f"question {i} ?\n" for i in range(12)))
+    args = study.parse_args(["--out", str(tmp_path / "out"), "--data_dir", str(data_dir),
+                             "--corpus", "shared+task_sources"])
+    cfg = study.settings(args)
+    assert cfg["corpus"] == "shared+task_sources"
+    import data
+    docs = [d.text for d in data.read_documents(study.corpus_path(cfg, args))]
+    held_out = (tmp_path / "out" / "squad_qg" / "test.src").read_text().split("\n")
+    # the last 10% (whole paragraphs: sentence 9's two questions) is held out
+    assert held_out[:2] == ["sentence 9 .", "sentence 9 ."]
+    assert sorted(docs) == sorted(["first paragraph .", "second paragraph .", "article one .",
+                                   "article two ."] + [f"sentence {i} ." for i in range(9)])
+    # the default corpus is the shared one, and the first study's cells name no corpus
+    base = study.parse_args(["--out", str(tmp_path / "out"), "--data_dir", str(data_dir)])
+    assert "corpus" not in study.settings(base)
+    assert study.corpus_path(study.settings(base), base) == str(data_dir / "corpus")
+    assert study.vocab_path(cfg, args) != study.vocab_path(study.settings(base), base)
+    with pytest.raises(study.UsageError, match="--tiny reads the embedded corpus"):
+        study.parse_args(["--tiny", "--corpus", "shared+task_sources"])
+
+
+def test_ft_warmup_and_tasks_reach_the_jobs_and_the_cells(tmp_path, monkeypatch):
+    """--ft_warmup is a setting (recorded where given, train.py's --warmup_steps in every fine-tuning);
+    --tasks runs a subset of the tasks, whose cells stay those of the whole study."""
+    import config
+    import train
+    args = study.parse_args(["--out", str(tmp_path), "--ft_warmup", "300", "--tasks", "squad_qg",
+                             "--corpus", "shared+task_sources"])
+    cfg = study.settings(args)
+    assert cfg["ft_warmup"] == 300 and cfg["tasks"] == ["squad_qg"]
+    job = study.parse_args(["job", "[]"] + study.forwarded(args))
+    assert study.settings(job) == cfg
+    assert "ft_warmup" not in study.settings(study.parse_args(["--out", str(tmp_path)]))
+    seen = {}
+    monkeypatch.setattr(train, "main", lambda flags: seen.update(flags=flags))
+    monkeypatch.setattr(study, "finetune_flops", lambda *a: 1.0)
+    monkeypatch.setattr(study, "score", lambda *a: {})
+    monkeypatch.setattr(study, "train_file", lambda task, args: "unused")
+    monkeypatch.setattr(study, "vocab_file", lambda cfg, args: "unused")
+    study.run_cell("pmlm/no pre-training", "squad_qg", 0, cfg, args)
+    assert config.parse_args(seen["flags"])[0].warmup_steps == 300
+    # --ft_attn: train.py's --attn_impl, recorded in the cell, not in its settings
+    assert config.parse_args(seen["flags"])[1]["attn_impl"] == "sdpa"
+    args.ft_attn = "naive"
+    assert study.parse_args(["job", "[]"] + study.forwarded(args)).ft_attn == "naive"
+    study.run_cell("pmlm/no pre-training", "squad_qg", 1, cfg, args)
+    assert config.parse_args(seen["flags"])[1]["attn_impl"] == "naive"
+    cells = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "staged").glob("*.json")}
+    assert sorted(c["finetune"]["attn"] for c in cells.values()) == ["naive", "sdpa"]
+    assert all(c["settings"] == study.settings_key(cfg) for c in cells.values())
+    assert "written-out attention (study.py --ft_attn naive; the others on SDPA): 1 of 2" in study.layout(cells)
+    base = study.settings(study.parse_args(["--out", str(tmp_path), "--tasks", "squad_qg,gigaword"]))
+    assert base["tasks"] == ["gigaword", "squad_qg"]
+    for bad in ("", "cnn", "gigaword,cnn"):
+        with pytest.raises(study.UsageError, match="--tasks"):
+            study.parse_args(["--tasks", bad])
+    with pytest.raises(study.UsageError, match="--ft_warmup"):
+        study.parse_args(["--ft_warmup", "-2"])
+
+
+def test_the_nan_probe_swaps_only_how_attention_is_computed():
+    """bench/study_nan.py's three ways are one function: values and gradients equal the written-out attention's
+    (the additive mask's most negative finite number gives a forbidden key exactly no weight), and it reads the
+    step train.py names when it stops on a non-finite loss."""
+    import model as M
+    from bench import study_nan
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 7, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = (torch.rand(2, 7, 7, generator=g) > 0.5) | torch.eye(7, dtype=torch.bool)
+    ref = M.naive_attention(q, k, v, mask)
+    grads = torch.autograd.grad(ref.sum(), (q, k, v))
+    for way in ("sdpa", "additive", "naive"):
+        out = study_nan.WAYS[way](q, k, v, mask)
+        torch.testing.assert_close(out, ref)
+        for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), grads):
+            torch.testing.assert_close(a, b)
+    # a forbidden key's value gets no gradient from the query that may not see it
+    row = ~mask[0, 3]
+    gv = torch.autograd.grad(study_nan.WAYS["additive"](q, k, v, mask)[0, :, 3].sum(), v)[0]
+    assert row.any() and gv[0, :, row].abs().max() == 0
+    log = "\nnon-finite loss nan at step 505 (batch of (64, 156), first example starts: ...)"
+    assert study_nan.nan_step(log) == 505 and study_nan.nan_step("done: 1500 of 1500 steps") is None
