@@ -43,10 +43,8 @@ for spec in "${specs[@]}"; do
 done
 wait
 tail -n 3 "$WORK"/*.log
-# every run's training log (loss, grad_norm), for a run that diverged or lost
-for m in "$WORK"/*/run/work/*/*/metrics.jsonl; do
-  [ -f "$m" ] && cp "$m" "$OUT/metrics-$(echo "${m#"$WORK"/}" | sed 's#/run/work/#-#; s#/metrics.jsonl##; s#/#-#g').jsonl"
-done
+# every run's training log (loss, grad_norm) and the jobs' logs, in one file ($OUT brings back at most 8)
+(cd "$WORK" && find . \( -name metrics.jsonl -o -name '*.log' \) -print0 | tar czf "$OUT/variants-logs.tgz" --null -T -)
 python - "$OUT" "$WORK" "$VARIANTS" <<'PY'
 import json, sys
 from pathlib import Path
