@@ -17,7 +17,10 @@ gradient norm were healthy up to the last log before it (metrics.jsonl). This ru
     python bench/study_nan.py WAY SYSTEM SEED --out DIR --train_only   # the fine-tuning only, no scores
     python bench/study_nan.py backend                           # the backend SDPA picks for these shapes
 
-`bench/study_nan_gpu.sh` runs every way on the cells that stopped, several at once on one GPU.
+`bench/study_nan_gpu.sh` runs every way on the cells that stopped, several at once on one GPU. Found (fifteenth
+session, one H100, torch 2.11; bench/RESULTS.md): SDPA picks cuDNN's kernel for these batches; on it (and with the
+additive mask) the controls stopped in about half the runs or more, written out in none of 10, held to the
+memory-efficient kernel or the math backend in none of 2 each.
 """
 import json
 import re
