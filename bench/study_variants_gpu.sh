@@ -4,6 +4,7 @@
 # the study's settings otherwise; a variant's flags come last, so they win (--only, --seeds, --tasks too).
 # The variants go round-robin to $GPUS GPUs; where several share one, one multi-process service (MPS) daemon
 # of this script's own serves them all. Needs out/data (bench/study.py's docstring) and the caches in $CACHES.
+# $OUT gets a cells file a variant and one archive of logs: the lent GPU machines bring back 8 files, so 7 variants.
 #   bash bench/study_variants_gpu.sh          # the fourteenth session's run: --pre_lr 7e-4 1.2e-3 2e-3 3e-3, 4 GPUs
 #   GPUS=1 VARIANTS="tapt=--corpus shared+task_sources;lr5e-4=--pre_lr 5e-4" bash bench/study_variants_gpu.sh
 set -uo pipefail
