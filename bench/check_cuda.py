@@ -28,7 +28,8 @@ fast/triton_bias.py's Triton attention (bench/check_triton.py at base size) and 
 scores (bench/check_triton_additive.py at base size; against model.additive_scores as the compiled ones). `loop`
 (not an equality, so not in the default run) checks that train.py's steps between two logs never wait for the GPU
 (torch.cuda.set_sync_debug_mode, every objective); `loop error [OBJECTIVE...]` stops each run at the first call
-that waits and prints its traceback. Prints a table; exits non-zero if a check fails. Without CUDA it exits with one line saying so (status 2).
+that waits and prints its traceback. Prints a table; exits non-zero if a check fails. Without CUDA it exits with
+one line saying so (status 2).
 """
 import contextlib
 import os

@@ -94,8 +94,8 @@ target or a held-out source; task-adaptive pre-training): pmlm, seed 0, gave 26.
 --ft_attn naive fine-tunes on the written-out attention: at lr 1e-3 the SQuAD QG controls of unilm and ernie_gen
 stopped on a NaN loss in 10 of 14 runs on SDPA and in none of 10 written out (fifteenth session,
 bench/study_nan_gpu.sh; SDPA picks cuDNN's kernel there, and held to it one of two runs stopped, held to the
-memory-efficient kernel or the math backend none); the five cells of the ft-lr-1e-3 study that had stopped ran again that way, and the page
-counts them. A layout like --pack (the same function), so not a setting.
+memory-efficient kernel or the math backend none); the five cells of the ft-lr-1e-3 study that had stopped ran
+again that way, and the page counts them. A layout like --pack (the same function), so not a setting.
 --tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
 a few steps: what CI runs.
 """

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,29 +57,21 @@ READABLE = M.attention
 
 def held_to(backend):
     """model.attention with SDPA allowed only this backend (an error where it cannot run the inputs)."""
-    from torch.nn.attention import sdpa_kernel
-
     def attention(*args, **kwargs):
         with sdpa_kernel(backend):
             return READABLE(*args, **kwargs)
     return attention
 
 
-def sdpa_backends():
-    from torch.nn.attention import SDPBackend
-    return {"sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-            "sdpa_math": SDPBackend.MATH}
-
-
 WAYS = {"sdpa": READABLE, "additive": additive_attention,
         "naive": lambda q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0:
         M.naive_attention(q, k, v, mask, bias, dropout_p),
-        **{way: held_to(backend) for way, backend in sdpa_backends().items()}}
+        "sdpa_efficient": held_to(SDPBackend.EFFICIENT_ATTENTION), "sdpa_cudnn": held_to(SDPBackend.CUDNN_ATTENTION),
+        "sdpa_math": held_to(SDPBackend.MATH)}
 
 
 def backend_of_these_shapes():
     """The backend SDPA picks on this GPU for a SQuAD QG fine-tuning batch (bf16, a boolean mask, dropout)."""
-    from torch.nn.attention import SDPBackend
     q = torch.randn(64, 8, 156, 64, device="cuda", dtype=torch.bfloat16)
     mask = torch.ones(64, 1, 156, 156, device="cuda", dtype=torch.bool)
     choice = torch._fused_sdp_choice(q, q, q, mask, 0.1, False)
