@@ -192,7 +192,9 @@ def bench_objective(name, impl, options, label, tok, examples, args, device, pre
                 flops_s=flops / sec, step_ms=sec * 1000, make_batch_ms=s["make_ms"], peak_gib=peak_gib(device))
 
 
-def bench_hf(args, device, vocab, compiled):
+def hf_step(args, device, vocab, compiled):
+    """HF BertForMaskedLM (same shape and vocabulary, sdpa attention, every row through its MLM head), its
+    warm-up + timed batches of random ids with no padding, and one training step on them."""
     from transformers import BertConfig, BertForMaskedLM
     p = M.PRESETS[args.preset]
     cfg = BertConfig(vocab_size=vocab, hidden_size=p["n_embd"], num_hidden_layers=p["n_layer"],
@@ -218,6 +220,14 @@ def bench_hf(args, device, vocab, compiled):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    return dict(model=model, batches=batches, step=step)
+
+
+def bench_hf(args, device, vocab, compiled):
+    s = hf_step(args, device, vocab, compiled)
+    model, batches, step = s["model"], s["batches"], s["step"]
+    p = M.PRESETS[args.preset]
+    L = args.seq_len
     sec = timed(step, batches, args.warmup, device)
     n_params = sum(q.numel() for q in model.parameters())
     n_emb = sum(q.numel() for n_, q in model.named_parameters() if "embeddings" in n_) + vocab  # + MLM bias

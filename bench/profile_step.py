@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fast                                         # noqa: E402
 import model as M                                   # noqa: E402
 from objectives.masks import PAD                    # noqa: E402
-from bench.bench_train import build_step, corpus, sync, timed  # noqa: E402
+from bench.bench_train import build_step, corpus, hf_step, sync, timed  # noqa: E402
 
 LINES = []
 
@@ -70,7 +70,10 @@ def table_gradient(way):
 
 
 def profile_run(name, impl, options, label, tok, examples, args, device, triton=None):
-    """triton: None (the step as built), or how the Triton kernel sums the bias gradient ("prefix", "loop")."""
+    """triton: None (the step as built), or how the Triton kernel sums the bias gradient ("prefix", "loop").
+    name "hf": HF BertForMaskedLM compiled (bench_train.hf_step), the baseline's kernels."""
+    if name == "hf":
+        return profile_steps(hf_step(args, device, len(tok), compiled=not args.eager), label, impl, args, device)
     s = build_step(name, impl, options, tok, examples, args, device)
     if triton:
         fast.use_triton_bias(s["model"])                 # the flex model's attention, by fast/triton_bias.py
@@ -106,7 +109,7 @@ def profile_steps(s, label, impl, args, device):
     for kind, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         say(f"| {kind} | {ms:.1f} | {ms / total:.0%} |")
     say("| kernel | calls a step | ms a step | share |\n|---|---|---|---|")
-    for e in sorted(events, key=lambda e: -getattr(e, attr))[:15]:
+    for e in sorted(events, key=lambda e: -getattr(e, attr))[:args.top]:
         ms = getattr(e, attr) / n / 1000
         say(f"| {e.key[:90]} | {e.count / n:.0f} | {ms:.2f} | {ms / total:.1%} |")
     if device.type == "cuda":
@@ -489,6 +492,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--top", type=int, default=15, help="kernels listed a run")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run")
     args = ap.parse_args()
     if args.tiny:
@@ -504,17 +508,23 @@ def main():
         runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
                 "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False}),
                 "palm (compiled copy)": ("palm", "sdpa", {"copy_scores": "compiled"}),
-                "pmlm triton": ("pmlm", "flex", {}), "pmlm triton loop": ("pmlm", "flex", {})}
+                "pmlm triton": ("pmlm", "flex", {}), "pmlm triton loop": ("pmlm", "flex", {}),
+                "hf": ("hf", "sdpa", {}), "unilm no cudnn": ("unilm", "sdpa", {})}
         for label in args.only.split(","):
             name, impl, options = runs[label]
             if impl == "flex" and device.type != "cuda":
                 continue
             # "pmlm triton loop": the dQ kernel's bias gradient by the loop over buckets (the kernel before)
             triton = ("loop" if label.endswith("loop") else "prefix") if label.startswith("pmlm triton") else None
+            # "... no cudnn": SDPA may not pick cuDNN's attention (the NaN of bench/study_nan.py)
+            cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+            torch.backends.cuda.enable_cudnn_sdp(not label.endswith("no cudnn"))
             try:
                 profile_run(name, impl, options, label, tok, examples, args, device, triton=triton)
             except Exception as e:
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
+            finally:
+                torch.backends.cuda.enable_cudnn_sdp(cudnn)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     elif args.part == "bias":
