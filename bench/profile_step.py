@@ -493,6 +493,9 @@ def main():
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--top", type=int, default=15, help="kernels listed a run")
+    ap.add_argument("--no_cudnn", action="store_true",
+                    help="SDPA never picks cuDNN's attention (the NaN of bench/study_nan.py), for the whole process: "
+                    "switched in one process between runs, the compiled blocks kept the backend of the first")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run")
     args = ap.parse_args()
     if args.tiny:
@@ -501,30 +504,27 @@ def main():
     # shapes: build_step's default)
     args.model_overrides = {}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.backends.cuda.enable_cudnn_sdp(not args.no_cudnn)
     say(f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
-        f"preset {args.preset}, batch {args.batch}, text {args.seq_len}, {time.strftime('%Y-%m-%d')}")
+        f"preset {args.preset}, batch {args.batch}, text {args.seq_len}, {time.strftime('%Y-%m-%d')}"
+        + (", SDPA without cuDNN's attention" if args.no_cudnn else ""))
     tok, examples = corpus(args)
     if args.part == "steps":
         runs = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
                 "palm (copy)": ("palm", "sdpa", {}), "palm (no copy)": ("palm", "sdpa", {"copy": False}),
                 "palm (compiled copy)": ("palm", "sdpa", {"copy_scores": "compiled"}),
                 "pmlm triton": ("pmlm", "flex", {}), "pmlm triton loop": ("pmlm", "flex", {}),
-                "hf": ("hf", "sdpa", {}), "unilm no cudnn": ("unilm", "sdpa", {})}
+                "hf": ("hf", "sdpa", {}), "ernie_gen": ("ernie_gen", "sdpa", {})}
         for label in args.only.split(","):
             name, impl, options = runs[label]
             if impl == "flex" and device.type != "cuda":
                 continue
             # "pmlm triton loop": the dQ kernel's bias gradient by the loop over buckets (the kernel before)
             triton = ("loop" if label.endswith("loop") else "prefix") if label.startswith("pmlm triton") else None
-            # "... no cudnn": SDPA may not pick cuDNN's attention (the NaN of bench/study_nan.py)
-            cudnn = torch.backends.cuda.cudnn_sdp_enabled()
-            torch.backends.cuda.enable_cudnn_sdp(not label.endswith("no cudnn"))
             try:
                 profile_run(name, impl, options, label, tok, examples, args, device, triton=triton)
             except Exception as e:
                 say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")
-            finally:
-                torch.backends.cuda.enable_cudnn_sdp(cudnn)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     elif args.part == "bias":
