@@ -70,8 +70,10 @@ def timed(fn, repeats, device):
     return statistics.median(times), times, out
 
 
-# the rows: (use_cache, cuda_graph, fast_search, whole_step) by --rows' names
-ROWS = dict(whole=(True, True, True, True), device=(True, True, True, False),
+# the rows: (use_cache, cuda_graph, fast_search, whole_step) by --rows' names; whole_beam_rows: the whole step on
+# one cache row a beam (fast.beam.GROUP_BEAMS off), as before the beams of a source shared one row
+ROWS = dict(whole=(True, True, True, True), whole_beam_rows=(True, True, True, "beam rows"),
+            device=(True, True, True, False),
             graph=(True, True, False, False), cache=(True, False, False, False),
             cache_device=(True, False, True, False), nocache=(False, False, False, False))
 
@@ -80,6 +82,8 @@ def label(use_cache, cuda_graph, fast_search, whole_step=False):
     """A row's name: what ran."""
     if not use_cache:
         return "no cache"
+    if whole_step == "beam rows":
+        return "KV cache + whole-step CUDA graph, one cache row a beam"
     if whole_step:
         return "KV cache + whole-step CUDA graph"
     name = {True: "KV cache + CUDA graph", False: "KV cache"}[cuda_graph]
@@ -88,12 +92,12 @@ def label(use_cache, cuda_graph, fast_search, whole_step=False):
 
 def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):
     # fast.beam_search's switch: the whole step in one graph, or the model step's graph alone
-    default = FB.WHOLE_STEP
-    FB.WHOLE_STEP = whole_step
+    default = FB.WHOLE_STEP, FB.GROUP_BEAMS
+    FB.WHOLE_STEP, FB.GROUP_BEAMS = bool(whole_step), whole_step != "beam rows"
     try:
         return bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step)
     finally:
-        FB.WHOLE_STEP = default
+        FB.WHOLE_STEP, FB.GROUP_BEAMS = default
 
 
 def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):
@@ -116,6 +120,11 @@ def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, who
     what = label(use_cache, cuda_graph, fast_search, whole_step)
     if args.profile:
         profile_call(run, device, f"{name} ({what})", args.new_tokens)
+    if args.phases and whole_step and cuda_graph:
+        spent = phases_call(run, device)
+        print(f"\n### phases, {name} ({what}), one call\n| phase | ms | share |\n|---|---|---|")
+        for phase, sec in spent.items():
+            print(f"| {phase} | {sec * 1000:.1f} | {sec / spent['whole call']:.0%} |")
     lengths = {len(h[0][0]) for h in out}
     assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"
     return dict(system=f"unigen {name} ({what})", seconds=median, times=times,
@@ -136,10 +145,57 @@ def profile_call(run, device, title, steps):
     events = prof.key_averages()
     gpu = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA") / steps / 1000
     print(f"\n### profile, {title}: wall {wall:.2f} ms a step, GPU busy {gpu:.2f} ms a step")
+    print("| GPU kernel | calls a step | ms a step |\n|---|---|---|")
+    kernels = [e for e in events if e.device_type.name == "CUDA"]
+    for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:20]:
+        print(f"| {e.key[:80]} | {e.count / steps:.1f} | {e.self_device_time_total / steps / 1000:.3f} |")
     print("| CPU call | calls a step | self CPU ms a step |\n|---|---|---|")
     cpu = [e for e in events if e.device_type.name == "CPU"]
     for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:25]:
         print(f"| {e.key[:80]} | {e.count / steps:.1f} | {e.self_cpu_time_total / steps / 1000:.3f} |")
+
+
+def phases_call(run, device):
+    """One more call with a clock around each phase of a whole-step search (device-synchronised before
+    and after each, so the phases add up to the call): the Decoder (cache allocated, source encoded),
+    the rows made beams, step 0 (eager), the first later step (warm-up run + CUDA graph capture), the
+    replays, the host's finished lists -> {phase: seconds}."""
+    spent = {}
+
+    def clocked(fn, name_of):
+        def wrapper(*a, **k):
+            name = name_of(*a, **k)
+            if name is None:
+                # a later step, inside the graph's capture (no sync there): the replays' clock holds it
+                return fn(*a, **k)
+            sync(device)
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            sync(device)
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+            return out
+        return wrapper
+    patches = [(G.Decoder, "__init__", lambda *a, **k: "source pass (Decoder)"),
+               (G, "start_beams", lambda *a, **k: "rows made beams (start_beams)"),
+               (FB.WholeStep, "step", lambda self, first=False: "step 0 (eager)" if first else None),
+               (FB.StepGraph, "__call__", lambda self: "replays" if self.graph is not None
+                else "first later step (warm-up + capture)"),
+               (FB, "finished_lists", lambda *a, **k: "finished lists (host)")]
+    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
+    for obj, attr, name_of in patches:
+        setattr(obj, attr, clocked(getattr(obj, attr), name_of))
+    try:
+        sync(device)
+        t0 = time.perf_counter()
+        run()
+        sync(device)
+        total = time.perf_counter() - t0
+    finally:
+        for obj, attr, fn in saved:
+            setattr(obj, attr, fn)
+    spent["the rest"] = total - sum(spent.values())
+    spent["whole call"] = total
+    return spent
 
 
 def bench_bart(args, device, dtype):
@@ -183,6 +239,8 @@ def main():
                    help="PALM's copy scores on CUDA (fast.speed_up's)")
     p.add_argument("--no_nocache", action="store_true", help="skip the (slow) no-cache rows")
     p.add_argument("--profile", action="store_true", help="profile one more call of each row: where a step goes")
+    p.add_argument("--phases", action="store_true",
+                   help="the whole-step row: one more call timed phase by phase (source pass, capture, replays)")
     args = p.parse_args()
     args.preset, args.vocab = "base", 30522
     if args.tiny:
@@ -193,14 +251,14 @@ def main():
     gpu = device.type == "cuda"
     # every row that runs here: the graph rows where CUDA is (the device search on the readable cache stands in
     # for them on a CPU); the readable cache and search everywhere
-    names = ["whole", "device", "graph"] if gpu else ["cache_device"]
+    names = ["whole", "whole_beam_rows", "device", "graph"] if gpu else ["cache_device"]
     names += ["cache"] + ([] if args.no_nocache else ["nocache"])
     if args.rows != "all":
         names = args.rows.split(",")
         unknown = [n for n in names if n not in ROWS]
         if unknown:
             p.error(f"--rows: unknown row(s) {', '.join(unknown)}; choose from {', '.join(ROWS)}")
-        if not gpu and {"whole", "device", "graph"} & set(names):
+        if not gpu and {"whole", "whole_beam_rows", "device", "graph"} & set(names):
             p.error("--rows: whole, device and graph need a CUDA device (no CUDA graph runs here)")
     print(f"device {torch.cuda.get_device_name(device) if gpu else 'cpu'}, {dtype}, "
           f"preset {args.preset}, batch {args.batch}, source {args.src_len}, new tokens {args.new_tokens}, "
@@ -221,6 +279,7 @@ def main():
         speed = {row: mine.get(f"unigen {name} ({label(*ROWS[row])})") for row in ROWS}
         # each row against the one it improves on, then every cached row against BART-base
         for a, b in (("graph", "cache"), ("device", "graph"), ("whole", "device"), ("whole", "graph"),
+                     ("whole", "whole_beam_rows"),
                      ("cache_device", "cache"), ("cache", "nocache")):
             if speed[a] and speed[b]:
                 ratios[f"{name}: {label(*ROWS[a])} / {label(*ROWS[b])}"] = speed[a] / speed[b]

@@ -22,6 +22,16 @@
 #                                             # no copy head: bare steps, train.py's loop, beam-5 decoding; check_cuda triton
 #   bash bench/loop_profile_gpu.sh triton     # pmlm's step with the Triton attention: the dQ kernel's bias gradient
 #                                             # by prefix sums against the loop over buckets; then check_triton --base
+#   bash bench/loop_profile_gpu.sh kernels    # issue 21 item 2: the kernels of unilm's bare step and of HF
+#                                             # BertForMaskedLM compiled, same call; NO_CUDNN=1: then the same runs in a
+#                                             # second process with SDPA kept off cuDNN's attention
+#   bash bench/loop_profile_gpu.sh decode_phases   # beam 5 on the whole-step graph: one layer's decoding attention on
+#                                             # each cache layout and SDPA backend (bench/decode_attention.py); where one
+#                                             # call's time goes, phase by phase (source pass, capture, replays) and
+#                                             # kernel by kernel; HF BART-base
+#   bash bench/loop_profile_gpu.sh decode_rows     # beam 5 on one cache row a source (fast.beam.GROUP_BEAMS, generate's
+#                                             # default) against one row a beam: check_cuda.py decode, the kernels of
+#                                             # both for unilm and palm, then both rows of all four against HF BART-base
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -31,6 +41,24 @@ case "${1:-loop}" in
   loop)
     python bench/bench_train.py --part loop --pack ${PACK:-both} --multiples ${MULTIPLES:-8,16,64} --loop_steps ${STEPS:-80} --only "${ONLY:-unilm,pmlm,palm (copy)}" \
       2>&1 | tee "$OUT/bench_loop.txt" | grep -E "compiled .* graph|^\| |^part|torch|Error|error" ;;
+  kernels)
+    python bench/profile_step.py --part steps --cache ${CACHE:-.cache} --top ${TOP:-30} \
+      --only "${ONLY:-unilm,hf}" 2>&1 | tee "$OUT/profile_kernels.txt" | grep -v USDT | tail -${TAIL:-150}
+    if [ -n "${NO_CUDNN:-}" ]; then
+      python bench/profile_step.py --part steps --cache ${CACHE:-.cache} --top ${TOP:-30} --no_cudnn \
+        --only "${ONLY:-unilm,hf}" 2>&1 | tee "$OUT/profile_kernels_no_cudnn.txt" | grep -v USDT | tail -${TAIL:-150}
+    fi ;;
+  decode_phases)
+    python bench/decode_attention.py 2>&1 | grep -v USDT | tail -20
+    python bench/bench_generate.py --objectives ${OBJECTIVES:-unilm,palm} --rows whole --phases --profile 2>&1 \
+      | tee "$OUT/decode_phases.txt" | grep -v USDT | tail -${TAIL:-200} ;;
+  decode_rows)
+    timeout 200 python -u bench/check_cuda.py decode 2>&1 | tee "$OUT/check_cuda_decode.txt" | grep -v USDT \
+      | grep -v "| ok |$" | tail -20
+    python bench/bench_generate.py --objectives unilm,palm --rows whole,whole_beam_rows --profile --no_bart \
+      --repeats 2 2>&1 | tee "$OUT/decode_rows_profile.txt" | grep -E "^###|^\| unigen" | tail -20
+    python bench/bench_generate.py --objectives unilm,pmlm,ernie_gen,palm --rows whole,whole_beam_rows 2>&1 \
+      | tee "$OUT/bench_generate.txt" | grep -v USDT | tail -22 ;;
   profile)
     python bench/profile_step.py --part steps --only "pmlm,pmlm triton,palm (copy),palm (no copy)" 2>&1 \
       | tee "$OUT/profile_steps.txt" | tail -120
@@ -45,8 +73,8 @@ case "${1:-loop}" in
   decode)
     # the searches held equal to the readable one first (-u: what ran survives a time-out)
     timeout 200 python -u bench/check_cuda.py decode 2>&1 | tee "$OUT/check_cuda_decode.txt" | grep -v USDT | tail -60
-    python bench/bench_generate.py --objectives unilm,pmlm,ernie_gen,palm --no_nocache 2>&1 \
-      | tee "$OUT/bench_generate.txt" | grep -v USDT | tail -40 ;;
+    python bench/bench_generate.py --objectives unilm,pmlm,ernie_gen,palm --no_nocache --rows ${ROWS:-all} ${PHASES:-} \
+      2>&1 | tee "$OUT/bench_generate.txt" | grep -v USDT | tail -${TAIL:-40} ;;
   copy)
     ONLY="palm (copy),palm (compiled copy),palm (no copy)"
     timeout 200 python bench/bench_train.py --part bare --impls sdpa --no_hf --steps 30 --only "$ONLY" 2>&1 \

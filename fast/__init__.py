@@ -485,6 +485,14 @@ class StaticCache:
     count on the host, for the bookkeeping outside the step (len, beam reorders). A beam reorder
     that keeps every row with its source (`same_sources`) moves only the target part: the beams of
     one source share the source's keys and values.
+
+    group_beams(K) (fast/beam.py's WholeStep, beam search) turns it into one row a SOURCE: the
+    source's slots once, then K columns of target slots side by side (column k's at S + k T, T =
+    capacity - S). The K beams' new columns are then K n columns of their source's row (StaticStep
+    groups them), and a step reads the source's keys once instead of K times. A beam reorder then
+    moves nothing: column k's slot of step s, written at step s, is never written again, so a
+    beam's history is a list of columns, one a step (`anc`, its ancestors), and its queries see the
+    slots that list names (sees()). One row a beam copies every target slot at every reorder.
     """
 
     def __init__(self, n_layer, capacity, n_src, device):
@@ -496,6 +504,41 @@ class StaticCache:
         self.n = 0
         self.fill = torch.zeros((), dtype=torch.long, device=device)
         self.slots = None
+        self.beams = 1                       # K beams a row (group_beams), beam k's slots at S + k T
+        self.T = capacity - n_src            # target slots of one beam (with the query's)
+
+    def group_beams(self, K):
+        """One row a source from here on, rows (B, H, S + K T, D): the source's keys and values,
+        written already, stay in place; the K beams' target slots follow (empty, as every target
+        slot is before a beam search's first step)."""
+        assert self.n == self.n_src, "group_beams: before the first target token only"
+        self.beams = K
+        self.capacity = self.n_src + K * self.T
+        wider = (K - 1) * self.T
+        self.k = [F.pad(b, (0, 0, 0, wider)) for b in self.k]
+        self.v = [F.pad(b, (0, 0, 0, wider)) for b in self.v]
+        self.pos = F.pad(self.pos, (0, wider))
+        # anc[b, k, s]: the column holding beam k's target slot s (its own, until a reorder)
+        own = torch.arange(K, device=self.fill.device)[:, None]                      # (K, 1)
+        self.anc = own.expand(self.k[0].size(0), K, self.T).contiguous()             # (B, K, T)
+
+    def sees(self, slots):
+        """Which slots the queries at `slots` (K n,) of a grouped row may see for their beam:
+        the source's, and of the target slots the one its history names at each step ->
+        (B, K n, capacity) bool."""
+        S, T = self.n_src, self.T
+        j = torch.arange(self.capacity, device=slots.device)
+        column, step_slot = (j - S).clamp(min=0) // T, (j - S).clamp(min=0) % T  # (capacity,)
+        anc = self.anc[:, (slots - S) // T]                                       # (B, K n, T)
+        named = anc.gather(2, step_slot.expand(*anc.shape[:2], -1)) == column    # (B, K n, capacity)
+        return named | (j < S)
+
+    def new_slots(self, n):
+        """The slots of this step's n new columns of each beam, beam-major (K n,): fill, fill + 1,
+        ... in beam 0's target slots, the same in beam 1's (T further), ..."""
+        cols = self.fill + torch.arange(n, device=self.fill.device)                  # (n,)
+        beam = torch.arange(self.beams, device=self.fill.device)[:, None] * self.T  # (K, 1)
+        return (cols[None] + beam).flatten()
 
     def __len__(self):
         return self.n
@@ -505,8 +548,8 @@ class StaticCache:
         (N, capacity). encode calls this once, before the layers."""
         if self.pos is None:
             self.pos = position_ids.new_zeros(position_ids.size(0), self.capacity)
-        # this forward's slots: fill, fill + 1, ...
-        self.slots = self.fill + torch.arange(position_ids.size(1), device=position_ids.device)
+        # this forward's slots: fill, fill + 1, ... (of each beam, grouped)
+        self.slots = self.new_slots(position_ids.size(1) // self.beams)
         self.pos.index_copy_(1, self.slots, position_ids)
         return self.pos
 
@@ -531,6 +574,18 @@ class StaticCache:
         slot, written or not, so that the shapes never change (fast/beam.py's whole-step graph,
         where the host's count n does not follow the steps); the slots past the fill index are
         overwritten before any step reads them."""
+        if self.beams > 1:
+            # one row a source: beam k of source b continues beam index[b K + k] % K; nothing
+            # moves, beam k takes that beam's history of columns
+            assert same_sources and static, "a grouped cache keeps its sources and its shapes"
+            K, T = self.beams, self.T
+            take = (index % K).view(-1, K, 1).expand(-1, -1, T)                  # (B, K, T)
+            anc = self.anc.gather(1, take)
+            # the slots from the fill index on are written from now on, each beam in its own column
+            ahead = torch.arange(T, device=index.device) >= self.fill - self.n_src   # (T,)
+            own = torch.arange(K, device=index.device)[:, None]
+            self.anc.copy_(torch.where(ahead, own, anc))
+            return
         if same_sources:
             # only the target part differs between the beams of one source
             end = self.capacity if static else self.n
@@ -604,11 +659,21 @@ class StaticStep:
         self.graphed = graphed
         self.graph = None                      # the GraphedStep, captured at the first graphed step
 
+    def group_beams(self, K):
+        """Beam search of width K on one cache row a source (StaticCache.group_beams): called by
+        fast/beam.py's WholeStep before the rows become beams (generate.start_beams)."""
+        self.cache.group_beams(K)
+
     def slot_kinds(self, dec, last):
         """kind and step (N, capacity) of every cache slot while slot `last` (a device scalar) is
-        the newest column: the source's, the target's written so far, the query at `last`."""
-        j = torch.arange(self.capacity, device=dec.src_ids.device)
-        kind = torch.where(j < dec.src_len[:, None], CTX, PAD)         # (N, capacity)
+        the newest column: the source's, the target's written so far, the query at `last`. On a
+        grouped cache (K columns of target slots a row): (B, capacity), each target slot as the
+        slot it is in its column, `last` the newest in column 0."""
+        cache, K = self.cache, self.cache.beams
+        j = torch.arange(cache.capacity, device=dec.src_ids.device)
+        src_len = dec.src_len[::K]                                      # (N / K,) one a source
+        kind = torch.where(j < src_len[:, None], CTX, PAD)             # (N / K, capacity)
+        j = torch.where(j >= dec.S, dec.S + (j - dec.S) % cache.T, j)
         target = (j >= dec.S) & (j <= last)
         kind = torch.where(target, ORIG, kind)
         if dec.query is not None:
@@ -663,11 +728,25 @@ class StaticStep:
         cache slots cols (n_new,), attending to the whole cache, then decode_logprobs -> (N, V).
         Every shape is the same at every step (GraphedStep records this)."""
         kind, step = self.slot_kinds(dec, cols[-1])
+        K = self.cache.beams
+        if K > 1:
+            # one row a source: the K beams' new columns are K n columns of their source's row
+            N, n, d = x.shape
+            x, pos = x.reshape(N // K, K * n, d), pos.reshape(N // K, K * n)
+            cols = self.cache.new_slots(n)                                     # (K n,)
         mask = slot_mask(kind[:, cols], step[:, cols], cols, kind, step)     # (N, n_new, capacity)
+        if K > 1:
+            # a beam sees the source and, of the target slots, its own history's
+            mask &= self.cache.sees(cols)
         h = dec.model.encode(x, pos, mask, self.cache)                         # (N, n_new, d)
+        h = h.reshape(-1, h.size(1) // K, h.size(2))                           # one row a beam
         return dec.objective.decode_logprobs(dec.model, h[:, -1], dec.source)
 
     def reorder(self, index, same_sources):
+        if self.cache.beams > 1 and not same_sources:
+            # the rows becoming beams (generate.start_beams): a grouped cache holds them already
+            assert len(self.cache) == self.cache.n_src, "a grouped cache keeps every source"
+            return
         self.cache.reorder(index, same_sources)
         if not same_sources and self.graph is not None:
             # Sources finished: the cache was reallocated under the graph, so the graph goes and

@@ -27,11 +27,15 @@ one from Python (the bans, topk, the reorders) held the step. So on fast.StaticS
 decoder on CUDA) the whole step is one function of buffers allocated once (WholeStep): the
 history is a fixed (N, max_len) buffer and the step index a device tensor, the n-gram ban reads
 the whole buffer (static_ban, generate.ban_tokens' twin), the records go into (max_len, B, K)
-buffers at the step index, the cache reorders in place over every target slot; step 0 runs
-eagerly (a query token's step 0 has one column fewer), every later step is one replay of one CUDA
-graph (StepGraph), and between replays the host only asks DoneCheck. WHOLE_STEP off keeps the
-kernel-by-kernel loop there too (bench/bench_generate.py's row); on the readable cache and without
-a cache that loop always runs.
+buffers at the step index; step 0 runs eagerly (a query token's step 0 has one column fewer),
+every later step is one replay of one CUDA graph (StepGraph), and between replays the host only
+asks DoneCheck. Beam search there runs on one cache row a source (GROUP_BEAMS,
+fast.StaticCache.group_beams): one row a beam read each source's keys and values K times a step
+and copied every target slot at every reorder; in one row a source the K beams' new tokens are
+K n columns of that row, each beam sees the slots its history names, and a reorder moves no keys
+(an H100's beam-5 step: 5.97 -> 2.41 ms of GPU time for unilm, bench/RESULTS.md, sixteenth
+session). WHOLE_STEP off keeps the kernel-by-kernel loop there too (bench/bench_generate.py's row,
+one row a beam); on the readable cache and without a cache that loop always runs.
 Left out: a graph for the readable cache or for no cache (their shapes grow every step); dropping
 the finished sources' rows (they run on, ignored, to keep the shapes); CUDA graphs for step 0 and
 for the source's pass (each runs once a batch); a graph kept across batches (every batch captures
@@ -47,6 +51,9 @@ CHECK_LAG = 2             # steps between an ask and its read: the GPU's queue n
 # the readable search (tests/test_fast_graph_search.py); the captured graph does on a GPU
 # (`python bench/check_cuda.py decode`, bench/RESULTS.md, eighth session)
 WHOLE_STEP = True
+# beam search on one cache row a source (fast.StaticCache.group_beams); False: one row a beam, each
+# with its own copy of the source's keys and values (bench/bench_generate.py's row before)
+GROUP_BEAMS = True
 
 
 class DoneCheck:
@@ -279,6 +286,10 @@ class WholeStep:
         dev = dec.src_ids.device
         B = len(dec.src_len)
         if K:
+            # one cache row a source, the beams' target slots side by side: a step reads the
+            # source's keys and values once, not K times (fast.StaticCache.group_beams)
+            if GROUP_BEAMS:
+                dec.fast.group_beams(K)
             # rows: source b, beam k -> b * K + k
             self.scores = G.start_beams(dec, K)                                   # (B, K)
             self.first = torch.arange(B, device=dev)[:, None] * K                 # (B, 1)

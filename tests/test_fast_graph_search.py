@@ -70,6 +70,10 @@ def test_whole_step_search_equals_readable_search(name, setting, monkeypatch):
         assert [len(h) for h in got] == [len(h) for h in want]
         assert all(len(ids) >= min_len for h in got for ids, _ in h)
     assert len(runs) == 1                                      # the whole-step search ran once, the loop once
+    # beam search ran on one cache row a source, the K beams' target slots side by side (StaticCache.group_beams)
+    cache = runs[0].dec.fast.cache
+    assert cache.beams == (K if K > 1 else 1)
+    assert cache.k[0].size(0) == len(srcs) and cache.capacity == cache.n_src + cache.beams * cache.T
 
 
 class StepLog(TorchDispatchMode):
