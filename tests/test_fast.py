@@ -282,3 +282,35 @@ def test_the_loop_audit_counts_a_call_that_waits_not_the_prototype_notice():
     assert is_wait(RuntimeError("called a synchronizing CUDA operation"))
     assert not is_wait("Synchronization debug mode is a prototype feature and does not yet detect all "
                        "synchronizing operations (Triggered internally at /pytorch/torch/csrc/cuda/Module.cpp:1003.)")
+
+
+def test_grouped_cache_lets_each_beam_see_its_own_history_only():
+    """fast.StaticCache on one row a source (group_beams, the whole-step beam search's layout on CUDA): after random
+    beam reorders, the target slots a beam's query sees (up to this step) are exactly its history's, one a step, in the
+    columns its ancestors wrote them, and its own new slot; every source slot stays visible; no key moves."""
+    B, K, S, T, H, D = 2, 3, 4, 6, 1, 2
+    cache = fast.StaticCache(1, S + T, S, "cpu")
+    pos = torch.arange(S).expand(B, S)
+    cache.key_positions(pos)
+    cache.layer(0, torch.randn(B, H, S, D), torch.randn(B, H, S, D))       # the source's pass
+    cache.commit(S)
+    cache.group_beams(K)
+    keys = cache.k[0].clone()
+    g = torch.Generator().manual_seed(0)
+    history = [[[] for _ in range(K)] for _ in range(B)]                    # (column, step) slots of each beam
+    for t in range(T - 1):
+        slots = cache.new_slots(1)                                           # each beam's new column (K,)
+        assert slots.tolist() == [S + k * T + t for k in range(K)]
+        sees = cache.sees(slots)                                             # (B, K, S + K T)
+        for b in range(B):
+            for k in range(K):
+                assert sees[b, k, :S].all()
+                seen = {(int(j - S) // T, int(j - S) % T) for j in sees[b, k, S:].nonzero().flatten() + S
+                        if (j - S) % T <= t}
+                assert seen == set(history[b][k]) | {(k, t)}
+        # this step's tokens join the cache, then each beam continues a random beam of its source
+        cache.fill += 1
+        parent = torch.randint(0, K, (B, K), generator=g)
+        history = [[history[b][int(parent[b, k])] + [(int(parent[b, k]), t)] for k in range(K)] for b in range(B)]
+        cache.reorder((torch.arange(B)[:, None] * K + parent).flatten(), same_sources=True, static=True)
+        assert torch.equal(cache.k[0], keys)                                 # nothing moved
