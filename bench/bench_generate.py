@@ -259,7 +259,7 @@ def main():
         if unknown:
             p.error(f"--rows: unknown row(s) {', '.join(unknown)}; choose from {', '.join(ROWS)}")
         if not gpu and {"whole", "whole_beam_rows", "device", "graph"} & set(names):
-            p.error("--rows: whole, device and graph need a CUDA device (no CUDA graph runs here)")
+            p.error("--rows: whole, whole_beam_rows, device and graph need a CUDA device (no CUDA graph runs here)")
     print(f"device {torch.cuda.get_device_name(device) if gpu else 'cpu'}, {dtype}, "
           f"preset {args.preset}, batch {args.batch}, source {args.src_len}, new tokens {args.new_tokens}, "
           f"beam {args.beam}, repeats {args.repeats}", flush=True)

@@ -178,7 +178,7 @@ def check_graph(name, model, obj, sources, rows):
     return check_whole_step_bf16(name, model, obj, sources, rows) and ok
 
 
-def beam5_bf16(model, obj, sources, whole, group, autocast=True):
+def beam5_hypotheses(model, obj, sources, whole, group, autocast=True):
     """Every hypothesis of beam 5 (32 tokens) on the CUDA graph, under bf16 autocast as generate.py runs on CUDA
     (autocast False: fp32); whole: fast.beam.WHOLE_STEP, group: fast.beam.GROUP_BEAMS."""
     default = FB.WHOLE_STEP, FB.GROUP_BEAMS
@@ -197,14 +197,14 @@ def check_whole_step_bf16(name, model, obj, sources, rows):
     copy), so every hypothesis must be identical and the scores equal. Then generate's default, one cache row a source
     (GROUP_BEAMS), whose attention has other shapes and so other bf16 rounding (the fp32 rows above hold it equal to
     the readable cache): its best hypotheses' scores must lie as close to fp32's as one row a beam's do, within 2x."""
-    whole, model_step = (beam5_bf16(model, obj, sources, w, group=False) for w in (True, False))
+    whole, model_step = (beam5_hypotheses(model, obj, sources, w, group=False) for w in (True, False))
     same = [[ids for ids, _ in h] for h in whole] == [[ids for ids, _ in h] for h in model_step]
     err = max(abs(a[1] - b[1]) for ha, hb in zip(whole, model_step) for a, b in zip(ha, hb))
     good = same and err < 1e-5
     rows.append((name, "beam 5, all hypotheses: whole-step graph vs model-step graph search, one cache row a beam "
                  "(bf16 autocast)", f"tokens {'equal' if same else 'differ'}, score error {err:.1e}", good))
-    fp32 = beam5_bf16(model, obj, sources, True, group=False, autocast=False)
-    grouped = beam5_bf16(model, obj, sources, True, group=True)
+    fp32 = beam5_hypotheses(model, obj, sources, True, group=False, autocast=False)
+    grouped = beam5_hypotheses(model, obj, sources, True, group=True)
     best = lambda out: torch.tensor([h[0][1] for h in out])
     noise = (best(whole) - best(fp32)).abs().max().item()
     err = (best(grouped) - best(fp32)).abs().max().item()

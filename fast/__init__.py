@@ -504,13 +504,13 @@ class StaticCache:
         self.n = 0
         self.fill = torch.zeros((), dtype=torch.long, device=device)
         self.slots = None
-        self.beams = 1                       # K beams a row (group_beams), beam k's slots at S + k T
-        self.T = capacity - n_src            # target slots of one beam (with the query's)
+        self.beams = 1                       # K beams a row (group_beams): column k's slots at S + k T
+        self.T = capacity - n_src            # target slots of one column (with the query's)
 
     def group_beams(self, K):
         """One row a source from here on, rows (B, H, S + K T, D): the source's keys and values,
-        written already, stay in place; the K beams' target slots follow (empty, as every target
-        slot is before a beam search's first step)."""
+        written already, stay in place; K columns of target slots follow (empty, as every target
+        slot is before a beam search's first step), column k first written by beam k."""
         assert self.n == self.n_src, "group_beams: before the first target token only"
         self.beams = K
         self.capacity = self.n_src + K * self.T
@@ -535,7 +535,8 @@ class StaticCache:
 
     def new_slots(self, n):
         """The slots of this step's n new columns of each beam, beam-major (K n,): fill, fill + 1,
-        ... in beam 0's target slots, the same in beam 1's (T further), ..."""
+        ... in column 0's target slots, the same in column 1's (T further), ... (beam k writes
+        column k)."""
         cols = self.fill + torch.arange(n, device=self.fill.device)                  # (n,)
         beam = torch.arange(self.beams, device=self.fill.device)[:, None] * self.T  # (K, 1)
         return (cols[None] + beam).flatten()
@@ -734,7 +735,8 @@ class StaticStep:
             N, n, d = x.shape
             x, pos = x.reshape(N // K, K * n, d), pos.reshape(N // K, K * n)
             cols = self.cache.new_slots(n)                                     # (K n,)
-        mask = slot_mask(kind[:, cols], step[:, cols], cols, kind, step)     # (N, n_new, capacity)
+        # (N, n_new, capacity); grouped: (B, K n_new, capacity)
+        mask = slot_mask(kind[:, cols], step[:, cols], cols, kind, step)
         if K > 1:
             # a beam sees the source and, of the target slots, its own history's
             mask &= self.cache.sees(cols)
