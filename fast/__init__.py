@@ -575,10 +575,14 @@ class StaticCache:
         slot, written or not, so that the shapes never change (fast/beam.py's whole-step graph,
         where the host's count n does not follow the steps); the slots past the fill index are
         overwritten before any step reads them."""
+        if self.beams > 1 and not same_sources:
+            # the rows becoming beams (generate.start_beams): a grouped row holds them already
+            assert self.n == self.n_src, "a grouped cache keeps every source"
+            return
         if self.beams > 1:
             # one row a source: beam k of source b continues beam index[b K + k] % K; nothing
             # moves, beam k takes that beam's history of columns
-            assert same_sources and static, "a grouped cache keeps its sources and its shapes"
+            assert static, "a grouped cache keeps its shapes"
             K, T = self.beams, self.T
             take = (index % K).view(-1, K, 1).expand(-1, -1, T)                  # (B, K, T)
             anc = self.anc.gather(1, take)
@@ -654,16 +658,10 @@ class StaticStep:
     """
 
     def __init__(self, dec, max_len, graphed):
-        self.capacity = dec.S + max_len + 1
-        self.cache = StaticCache(dec.model.config.n_layer, self.capacity, dec.S,
+        self.cache = StaticCache(dec.model.config.n_layer, dec.S + max_len + 1, dec.S,
                                  dec.src_ids.device)
         self.graphed = graphed
         self.graph = None                      # the GraphedStep, captured at the first graphed step
-
-    def group_beams(self, K):
-        """Beam search of width K on one cache row a source (StaticCache.group_beams): called by
-        fast/beam.py's WholeStep before the rows become beams (generate.start_beams)."""
-        self.cache.group_beams(K)
 
     def slot_kinds(self, dec, last):
         """kind and step (N, capacity) of every cache slot while slot `last` (a device scalar) is
@@ -745,10 +743,6 @@ class StaticStep:
         return dec.objective.decode_logprobs(dec.model, h[:, -1], dec.source)
 
     def reorder(self, index, same_sources):
-        if self.cache.beams > 1 and not same_sources:
-            # the rows becoming beams (generate.start_beams): a grouped cache holds them already
-            assert len(self.cache) == self.cache.n_src, "a grouped cache keeps every source"
-            return
         self.cache.reorder(index, same_sources)
         if not same_sources and self.graph is not None:
             # Sources finished: the cache was reallocated under the graph, so the graph goes and

@@ -289,7 +289,7 @@ class WholeStep:
             # one cache row a source, the beams' target slots side by side: a step reads the
             # source's keys and values once, not K times (fast.StaticCache.group_beams)
             if GROUP_BEAMS:
-                dec.fast.group_beams(K)
+                dec.fast.cache.group_beams(K)
             # rows: source b, beam k -> b * K + k
             self.scores = G.start_beams(dec, K)                                   # (B, K)
             self.first = torch.arange(B, device=dev)[:, None] * K                 # (B, 1)
