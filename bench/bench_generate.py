@@ -70,19 +70,19 @@ def timed(fn, repeats, device):
     return statistics.median(times), times, out
 
 
-# the rows: (use_cache, cuda_graph, fast_search, whole_step) by --rows' names; whole_beam_rows: the whole step on
-# one cache row a beam (fast.beam.GROUP_BEAMS off), as before the beams of a source shared one row
-ROWS = dict(whole=(True, True, True, True), whole_beam_rows=(True, True, True, "beam rows"),
-            device=(True, True, True, False),
-            graph=(True, True, False, False), cache=(True, False, False, False),
-            cache_device=(True, False, True, False), nocache=(False, False, False, False))
+# the rows: (use_cache, cuda_graph, fast_search, whole_step, group_beams) by --rows' names; whole_beam_rows: the
+# whole step on one cache row a beam (fast.beam.GROUP_BEAMS off), as before the beams of a source shared one row
+ROWS = dict(whole=(True, True, True, True, True), whole_beam_rows=(True, True, True, True, False),
+            device=(True, True, True, False, True),
+            graph=(True, True, False, False, True), cache=(True, False, False, False, True),
+            cache_device=(True, False, True, False, True), nocache=(False, False, False, False, True))
 
 
-def label(use_cache, cuda_graph, fast_search, whole_step=False):
+def label(use_cache, cuda_graph, fast_search, whole_step=False, group_beams=True):
     """A row's name: what ran."""
     if not use_cache:
         return "no cache"
-    if whole_step == "beam rows":
+    if whole_step and not group_beams:
         return "KV cache + whole-step CUDA graph, one cache row a beam"
     if whole_step:
         return "KV cache + whole-step CUDA graph"
@@ -90,17 +90,17 @@ def label(use_cache, cuda_graph, fast_search, whole_step=False):
     return name + " + device search" if fast_search else name
 
 
-def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):
+def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step, group_beams):
     # fast.beam_search's switch: the whole step in one graph, or the model step's graph alone
     default = FB.WHOLE_STEP, FB.GROUP_BEAMS
-    FB.WHOLE_STEP, FB.GROUP_BEAMS = bool(whole_step), whole_step != "beam rows"
+    FB.WHOLE_STEP, FB.GROUP_BEAMS = whole_step, group_beams
     try:
-        return bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step)
+        return bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step, group_beams)
     finally:
         FB.WHOLE_STEP, FB.GROUP_BEAMS = default
 
 
-def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step):
+def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step, group_beams):
     tok = synthetic_tokenizer(args.vocab)
     obj = get_objective(name, tok, task="seq2seq")
     cfg = dict(M.PRESETS[args.preset], vocab_size=args.vocab, dropout=0.0)
@@ -117,7 +117,7 @@ def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, who
                              min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch,
                              cuda_graph=cuda_graph, fast_search=fast_search)
     median, times, out = timed(run, args.repeats, device)
-    what = label(use_cache, cuda_graph, fast_search, whole_step)
+    what = label(use_cache, cuda_graph, fast_search, whole_step, group_beams)
     if args.profile:
         profile_call(run, device, f"{name} ({what})", args.new_tokens)
     if args.phases and whole_step and cuda_graph:
