@@ -88,6 +88,12 @@ def compile_blocks(model, dynamic=False):
     # changes with the examples it skips, compiled 23 times in 200 steps (bench/RESULTS.md,
     # seventh session). train.py compiles with dynamic=True: once, for any shape
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    # Under DDP, dynamo's DDPOptimizer cuts every graph it compiles inside DDP's forward at DDP's
+    # 25 MB gradient buckets: a base block (28 MB of fp32 weights) became two graphs, twice the
+    # calls and less fusion, and train.py under torchrun with one process ran at 0.87 of one GPU
+    # alone (bench/RESULTS.md, seventeenth session). Compiled one block at a time, the gradients
+    # already come block by block, where DDP's reducer starts its all-reduces: nothing to cut
+    torch._dynamo.config.optimize_ddp = False
     for block in model.blocks:
         block.compile(dynamic=dynamic)
     return model

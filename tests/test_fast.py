@@ -138,6 +138,43 @@ def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkey
     torch._dynamo.reset()
 
 
+def test_compiled_block_stays_one_graph_under_ddp(monkeypatch, tmp_path):
+    """Under DDP, dynamo's DDPOptimizer would cut each compiled block at DDP's gradient buckets (a base block was
+    two graphs: under torchrun train.py ran at 0.87 of one GPU alone, bench/RESULTS.md, seventeenth session).
+    compile_blocks turns it off: with buckets far smaller than a block, the block's forward is still one graph
+    handed to the compiler, and its gradients are the eager block's."""
+    import torch.distributed as dist
+    compiled_graphs = []
+
+    def counting_backend(gm, example_inputs):
+        compiled_graphs.append(gm)
+        return gm.forward
+    compile_ = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compile_(self, backend=counting_backend, **kw))
+    torch._dynamo.reset()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    # dynamo's default, as train.py meets it; config.patch puts back what compile_blocks sets after the test
+    # (monkeypatch's undo would hide the entry from torch's config module)
+    try:
+        with torch._dynamo.config.patch(optimize_ddp=True):
+            # a block of 0.8M fp32 weights (3.2 MB) and buckets of 1 MB (the DDPOptimizer's smallest): four of them
+            wide = dict(n_layer=1, n_embd=256, ffn_dim=1024)
+            eager = tiny_model(40, **wide).blocks[0]
+            block = fast.compile_blocks(tiny_model(40, **wide), dynamic=True).blocks[0]
+            ddp = torch.nn.parallel.DistributedDataParallel(block, bucket_cap_mb=1)
+            x = torch.randn(3, 16, 256)
+            mask = torch.rand(3, 16, 16) < 0.7
+            mask |= torch.eye(16, dtype=torch.bool)
+            ddp(x, mask).square().sum().backward()
+        eager(x, mask).square().sum().backward()
+        assert len(compiled_graphs) == 1
+        for (name, p), q in zip(block.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
+    finally:
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+
+
 def test_model_with_bucket_bias_equals_readable_model():
     """The switch model.py reads (RelativePositionBias.fast_lookup, set by speed_up on a GPU), forced here on a CPU:
     the whole model's output and every gradient equal the readable lookup's (float64)."""
