@@ -143,6 +143,27 @@ def test_torchrun_ddp_two_cpu_ranks_stay_identical(tmp_path, corpus):
     assert ck["step"] == 4 and len(ck["data_state"]) == 2
 
 
+def test_loop_host_times_every_phase_of_a_ddp_step(tmp_path, corpus):
+    """bench/loop_host.py (issue 21's DDP and loop measurements) under torchrun on CPU, with DDP built otherwise
+    (DDP_KW): every phase of train_step has a row, DDP's wrapper its own, and the phases fit in the step."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "LOOP_START": "2", "LOOP_STOP": "5",
+           "DDP_KW": '{"static_graph": true}', "LABEL": "t", "OUT": str(tmp_path)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", free_port(),
+           str(ROOT / "bench" / "loop_host.py"), "--objective", "unilm", "--max_steps", "6", "--device", "cpu",
+           *TINY, "--data", str(corpus), "--out_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache")]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = (tmp_path / "loop_host_t_rank0.txt").read_text().splitlines()
+    head = table[0]
+    assert head.startswith("t, rank 0, steps 2..5: wall ")
+    rows = {line.split(" | ")[0][2:]: float(line.split(" | ")[1].rstrip(" |")) for line in table[3:]}
+    assert set(rows) == {"data", "to device", "count work", "forward", "DDP's forward wrapper", "backward", "clip",
+                         "optimizer", "zero_grad", "rest of train_step"}
+    step_ms = float(head.split("host in train_step ")[1].split(" ms")[0])
+    assert all(v >= 0 for k, v in rows.items() if k != "rest of train_step")
+    assert rows["forward"] > 0 and rows["backward"] > 0
+    assert abs(sum(rows.values()) - step_ms) < 0.15          # rounded to 0.01 a row, 0.1 the step
+
 # --- crashes, signals and resume: real processes --------------------------------------------------------------
 
 # README defaults (no --seq_len: the default the resumed run must restore), a model big enough that a step takes
