@@ -15,7 +15,7 @@ STEPS=${STEPS:-60}
 FLAGS="--preset base --vocab_size 30522 --seq_len 512 --batch_size 32 --max_steps $STEPS --log_interval 10
   --eval_interval 100000 --ckpt_interval 100000 --progress false --overwrite true"
 python -c "import data; data.prepare_pretrain(None, 30522, '.cache', max_tokens=509, progress=False)"
-host() {   # host LABEL [ENV=VALUE ...] -- COMMAND...: one run, its table kept
+host() {   # host LABEL [ENV=VALUE ...] COMMAND...: one run, its table kept
   local label=$1; shift
   env LABEL="$label" "$@" > "$RUNS/$label.log" 2>&1 || { echo "$label failed:"; tail -5 "$RUNS/$label.log"; }
   grep -A14 "rank 0, steps" "$RUNS/$label.log" | tee -a "$OUT/loop_host.txt"

@@ -164,6 +164,7 @@ def test_loop_host_times_every_phase_of_a_ddp_step(tmp_path, corpus):
     assert rows["forward"] > 0 and rows["backward"] > 0
     assert abs(sum(rows.values()) - step_ms) < 0.15          # rounded to 0.01 a row, 0.1 the step
 
+
 # --- crashes, signals and resume: real processes --------------------------------------------------------------
 
 # README defaults (no --seq_len: the default the resumed run must restore), a model big enough that a step takes
