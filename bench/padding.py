@@ -22,6 +22,7 @@ and rows, the rows the packed batch has (the batch's passages in fewer rows). Ru
     python bench/padding.py --speed tiny --seq_len 128 --batch 16 --batches 12    # + training speed on a CPU
 
     python bench/padding.py --steady_widths 512,640,1024,1280     # + steady rows from wider starts
+    python bench/padding.py --only palm --options copy=false      # objective options (PALM without its copy head)
 
 --steady_widths also packs every batch in SteadyPacking's rows from each of these widths (a wider row
 holds more passages, so its last slots are a smaller share; dense attention costs more a token): the
@@ -53,8 +54,10 @@ import torch                                        # noqa: E402
 import data                                         # noqa: E402
 import fast                                         # noqa: E402
 import model as M                                   # noqa: E402
-from objectives import get_objective                # noqa: E402
+from config import parse_value                       # noqa: E402
+from objectives import get_objective, objective_class  # noqa: E402
 from objectives.masks import PAD                    # noqa: E402
+from utils import UsageError                         # noqa: E402
 
 NAMES = ("unilm", "pmlm", "ernie_gen", "palm", "mass")
 
@@ -88,7 +91,7 @@ def key_cost(preset, vocab_size):
 
 
 def measure(name, passages, tok, args):
-    obj = get_objective(name, tok, max_len=args.seq_len)
+    obj = get_objective(name, tok, max_len=args.seq_len, **args.options)
     obj.set_step(10 ** 9, 10 ** 9)                 # PALM: stage 2, the continuation included
     batches = []
     for k in range(args.batches):
@@ -141,7 +144,7 @@ def speed(name, passages, tok, args):
     a multiple of 64). -> {layout: (median step s, fastest step s, padding)}, real tokens per step."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.type == "cuda"
-    obj = get_objective(name, tok, max_len=args.seq_len)
+    obj = get_objective(name, tok, max_len=args.seq_len, **args.options)
     obj.set_step(10 ** 9, 10 ** 9)
     cfg = M.ModelConfig(**{**M.PRESETS[args.speed], "vocab_size": len(tok), **obj.model_defaults})
     torch.manual_seed(0)
@@ -194,6 +197,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--cache", default=".cache")
     ap.add_argument("--only", default=",".join(NAMES))
+    ap.add_argument("--options", default="", help="objective options for every objective, KEY=VALUE,... "
+                    "(copy=false: PALM without its copy head, whose contexts are padded to one width)")
     ap.add_argument("--steady_widths", default="",
                     help="comma-separated widths: also SteadyPacking's rows starting at each (padding, and "
                          "their dense-attention FLOPs over steady x64's)")
@@ -202,6 +207,16 @@ def main():
                     help="--speed: batches left out of the timing (compilation on a GPU)")
     args = ap.parse_args()
     args.steady_widths = [int(w) for w in args.steady_widths.split(",") if w]
+    # "copy=false,mask_prob=0.2" -> {"copy": False, "mask_prob": 0.2}, typed as train.py types the flags
+    args.options = dict(kv.partition("=")[::2] for kv in args.options.split(",") if kv)
+    try:
+        for name in args.only.split(","):
+            table = objective_class(name).option_table()
+            for key in set(args.options) - set(table):
+                raise UsageError(f"--options {key}: objective {name} has no such option")
+        args.options = {k: parse_value(v, table[k].default, k) for k, v in args.options.items()}
+    except (UsageError, ValueError) as e:
+        ap.error(str(e))
     if args.speed and not 0 <= args.speed_warmup < args.batches:
         ap.error(f"--speed_warmup {args.speed_warmup} must be in [0, --batches {args.batches})")
     tok, splits, info = data.prepare_pretrain(args.data or None, args.vocab, args.cache,
