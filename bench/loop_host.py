@@ -13,6 +13,9 @@ that grows may be waiting rather than working. Rank 0 prints the table; writes l
 $OUT when set (label: LABEL, default the objective and the process count).
   SYNC_CHECK=1  the same steps under torch.cuda.set_sync_debug_mode("warn"): the calls that wait for the GPU,
                 counted and named (bench/check_cuda.py's test of a warning); such a run's timings are not the loop's
+  BARE_REPLAY=1 at step STOP, the batches of steps START..STOP again as bench_train.py's bare step (forward,
+                backward, optimizer; the batches already on the device; no DataLoader, count, clip or loss check):
+                the loop against its bare step on the same batches, same model, same process (issue 21 item 4)
   SPLIT_DDP=1   the blocks compiled as before the seventeenth session, dynamo's DDPOptimizer on (each block cut at
                 DDP's buckets): the baseline of fast.compile_blocks's switch
 """
@@ -40,6 +43,8 @@ RANK = int(os.environ.get("RANK", 0))
 spent = defaultdict(float)                 # phase -> host seconds in steps START..STOP
 state = {"step": 0, "on": False, "t0": None, "t1": None}
 SYNC_CHECK = os.environ.get("SYNC_CHECK") == "1"
+BARE_REPLAY = os.environ.get("BARE_REPLAY") == "1"
+captured = []                              # BARE_REPLAY: each step's micro-batches in steps START..STOP
 waits = []                                 # SYNC_CHECK: the warnings of calls that waited
 
 
@@ -67,7 +72,13 @@ class TimedLoader:
 
     def __iter__(self):
         it = iter(self.loader)
-        return iter(timed("data", lambda: next(it)), None)
+
+        def fetch():
+            item = next(it)                # (step, [Batch] * grad_accum, skipped)
+            if state["on"] and BARE_REPLAY:
+                captured.append(item[1])
+            return item
+        return iter(timed("data", fetch), None)
 
 
 def patch():
@@ -101,6 +112,8 @@ def patch():
             sync()
             state["t0" if run.step == START else "t1"] = time.perf_counter()
             state["on"] = run.step == START
+            if run.step == STOP and BARE_REPLAY:
+                state["bare"] = bare_steps(run, autocast)
         if SYNC_CHECK and state["on"]:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -116,6 +129,26 @@ def patch():
             spent["step"] += time.perf_counter() - t
         return out
     train.train_step = step
+
+
+def bare_steps(run, autocast):
+    """ms a step of the captured batches run as bench_train.py's bare step, after one of them as warm-up."""
+    on_device = [[b.to(run.dist.device) for b in micro] for micro in captured]
+
+    def bare(micro):
+        for b in micro:
+            with autocast:
+                loss, _ = run.train_model(b)
+            loss.backward()
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+    bare(on_device[0])
+    sync()
+    t = time.perf_counter()
+    for micro in on_device:
+        bare(micro)
+    sync()
+    return (time.perf_counter() - t) / len(on_device) * 1000
 
 
 def sync():
@@ -145,6 +178,9 @@ def report():
     lines = [f"{label}, rank {RANK}, steps {START}..{STOP}: wall {wall:.1f} ms a step (synchronised at both ends); "
              f"host in train_step {step:.1f} ms ({step / wall:.0%})", "| phase | host ms a step |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in ms.items()]
+    if "bare" in state:
+        lines.append(f"bare steps on the same {len(captured)} batches: {state['bare']:.1f} ms a step; "
+                     f"the loop runs at {state['bare'] / wall:.2f} of its bare step")
     text = "\n".join(lines)
     if RANK == 0:
         print(text, flush=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21 items 4 and 5 on one GPU: where the host's time goes in train.py's step (bench/loop_host.py), for unilm
 # alone and under DDP with one process (DDP's own cost, no peer; static_graph too), and for PALM with and without
-# its copy head; then the bare steps (bench_train.py) of the same objectives, same machine, for the loop's ratio.
+# its copy head, each against its bare step on the same batches (BARE_REPLAY: issue 21 item 4's ratio).
 #   bash bench/loop_host_gpu.sh          # the phases
 #   bash bench/loop_host_gpu.sh ddp      # unilm alone and under DDP with one process: the calls that wait for the
 #                                        # GPU (SYNC_CHECK=1), then bench/profile_train.py on each
@@ -18,7 +18,7 @@ python -c "import data; data.prepare_pretrain(None, 30522, '.cache', max_tokens=
 host() {   # host LABEL [ENV=VALUE ...] COMMAND...: one run, its table kept
   local label=$1; shift
   env LABEL="$label" "$@" > "$RUNS/$label.log" 2>&1 || { echo "$label failed:"; tail -5 "$RUNS/$label.log"; }
-  grep -A14 "rank 0, steps" "$RUNS/$label.log" | tee -a "$OUT/loop_host.txt"
+  grep -A15 "rank 0, steps" "$RUNS/$label.log" | tee -a "$OUT/loop_host.txt"
 }
 if [ "${1:-phases}" = ddp ]; then
   for mode in alone ddp1; do
@@ -31,12 +31,10 @@ if [ "${1:-phases}" = ddp ]; then
   done
   exit 0
 fi
-host unilm-alone timeout 150 python bench/loop_host.py --objective unilm $FLAGS --out_dir "$RUNS/a"
+host unilm-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective unilm $FLAGS --out_dir "$RUNS/a"
 host unilm-ddp1 timeout 150 torchrun --nproc_per_node 1 --master_port 29611 bench/loop_host.py --objective unilm \
   $FLAGS --out_dir "$RUNS/b"
 host unilm-ddp1-static 'DDP_KW={"static_graph": true}' timeout 150 torchrun --nproc_per_node 1 --master_port 29612 \
   bench/loop_host.py --objective unilm $FLAGS --out_dir "$RUNS/c"
-host palm-alone timeout 150 python bench/loop_host.py --objective palm $FLAGS --out_dir "$RUNS/d"
-host palm-nocopy-alone timeout 150 python bench/loop_host.py --objective palm --copy false $FLAGS --out_dir "$RUNS/e"
-timeout 200 python bench/bench_train.py --part bare --impls sdpa --only "unilm,palm (copy),palm (no copy)" --no_hf \
-  --steps 20 2>&1 | tail -8 | tee "$OUT/bare.txt"
+host palm-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective palm $FLAGS --out_dir "$RUNS/d"
+host palm-nocopy-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective palm --copy false $FLAGS --out_dir "$RUNS/e"

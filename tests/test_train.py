@@ -1,6 +1,7 @@
 """train.py end to end on a tiny corpus: exact resume, DDP under torchrun, bad settings and bad losses."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -145,9 +146,10 @@ def test_torchrun_ddp_two_cpu_ranks_stay_identical(tmp_path, corpus):
 
 def test_loop_host_times_every_phase_of_a_ddp_step(tmp_path, corpus):
     """bench/loop_host.py (issue 21's DDP and loop measurements) under torchrun on CPU, with DDP built otherwise
-    (DDP_KW): every phase of train_step has a row, DDP's wrapper its own, and the phases fit in the step."""
+    (DDP_KW): every phase of train_step has a row, DDP's wrapper its own, and the phases fit in the step; the
+    same batches replayed as bare steps (BARE_REPLAY) are timed and the run still ends with identical replicas."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "LOOP_START": "2", "LOOP_STOP": "5",
-           "DDP_KW": '{"static_graph": true}', "LABEL": "t", "OUT": str(tmp_path)}
+           "DDP_KW": '{"static_graph": true}', "LABEL": "t", "OUT": str(tmp_path), "BARE_REPLAY": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", free_port(),
            str(ROOT / "bench" / "loop_host.py"), "--objective", "unilm", "--max_steps", "6", "--device", "cpu",
            *TINY, "--data", str(corpus), "--out_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache")]
@@ -156,13 +158,16 @@ def test_loop_host_times_every_phase_of_a_ddp_step(tmp_path, corpus):
     table = (tmp_path / "loop_host_t_rank0.txt").read_text().splitlines()
     head = table[0]
     assert head.startswith("t, rank 0, steps 2..5: wall ")
-    rows = {line.split(" | ")[0][2:]: float(line.split(" | ")[1].rstrip(" |")) for line in table[3:]}
+    rows = {line.split(" | ")[0][2:]: float(line.split(" | ")[1].rstrip(" |")) for line in table[3:-1]}
     assert set(rows) == {"data", "to device", "count work", "forward", "DDP's forward wrapper", "backward", "clip",
                          "optimizer", "zero_grad", "rest of train_step"}
     step_ms = float(head.split("host in train_step ")[1].split(" ms")[0])
     assert all(v >= 0 for k, v in rows.items() if k != "rest of train_step")
     assert rows["forward"] > 0 and rows["backward"] > 0
     assert abs(sum(rows.values()) - step_ms) < 0.15          # rounded to 0.01 a row, 0.1 the step
+    assert re.fullmatch(r"bare steps on the same 3 batches: [0-9.]+ ms a step; the loop runs at [0-9.]+ of its "
+                        r"bare step", table[-1])
+    assert "-> identical" in res.stdout
 
 
 # --- crashes, signals and resume: real processes --------------------------------------------------------------
