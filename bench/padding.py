@@ -54,8 +54,8 @@ import torch                                        # noqa: E402
 import data                                         # noqa: E402
 import fast                                         # noqa: E402
 import model as M                                   # noqa: E402
-from config import parse_value                       # noqa: E402
-from objectives import get_objective, objective_class  # noqa: E402
+from config import parse_args                        # noqa: E402
+from objectives import get_objective                # noqa: E402
 from objectives.masks import PAD                    # noqa: E402
 from utils import UsageError                         # noqa: E402
 
@@ -91,7 +91,7 @@ def key_cost(preset, vocab_size):
 
 
 def measure(name, passages, tok, args):
-    obj = get_objective(name, tok, max_len=args.seq_len, **args.options)
+    obj = get_objective(name, tok, max_len=args.seq_len, **args.options[name])
     obj.set_step(10 ** 9, 10 ** 9)                 # PALM: stage 2, the continuation included
     batches = []
     for k in range(args.batches):
@@ -148,7 +148,7 @@ def speed(name, passages, tok, args):
     a multiple of 64). -> {layout: (median step s, fastest step s, padding)}, real tokens per step."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.type == "cuda"
-    obj = get_objective(name, tok, max_len=args.seq_len, **args.options)
+    obj = get_objective(name, tok, max_len=args.seq_len, **args.options[name])
     obj.set_step(10 ** 9, 10 ** 9)
     cfg = M.ModelConfig(**{**M.PRESETS[args.speed], "vocab_size": len(tok), **obj.model_defaults})
     torch.manual_seed(0)
@@ -211,16 +211,17 @@ def main():
                     help="--speed: batches left out of the timing (compilation on a GPU)")
     args = ap.parse_args()
     args.steady_widths = [int(w) for w in args.steady_widths.split(",") if w]
-    # "copy=false,mask_prob=0.2" -> {"copy": False, "mask_prob": 0.2}, typed as train.py types the flags
-    args.options = dict(kv.partition("=")[::2] for kv in args.options.split(",") if kv)
+    # "copy=false,mask_prob=0.2" -> each objective's {"copy": False, ...}, typed by train.py's own parser
+    flags = ["--" + kv for kv in args.options.split(",") if kv]              # --copy=false
     try:
+        options = {}
         for name in args.only.split(","):
-            table = objective_class(name).option_table()
-            for key in set(args.options) - set(table):
-                raise UsageError(f"--options {key}: objective {name} has no such option")
-        args.options = {k: parse_value(v, table[k].default, k) for k, v in args.options.items()}
-    except (UsageError, ValueError) as e:
+            _, _, options[name], given = parse_args(["--objective", name] + flags)
+            if not_objective := given - {"objective"} - set(options[name]):
+                raise UsageError(f"--options {','.join(sorted(not_objective))}: not an option of objective {name}")
+    except UsageError as e:
         ap.error(str(e))
+    args.options = options
     if args.speed and not 0 <= args.speed_warmup < args.batches:
         ap.error(f"--speed_warmup {args.speed_warmup} must be in [0, --batches {args.batches})")
     tok, splits, info = data.prepare_pretrain(args.data or None, args.vocab, args.cache,
