@@ -105,6 +105,23 @@ def test_plan_shares_pretraining_and_puts_seed_zero_first(tmp_path):
     assert study.next_job(left, args) == ("ft", "ernie_gen", "gigaword", 0)
 
 
+def test_only_seed_runs_one_seed_of_each_system():
+    """--only_seed K: one seed's cells, so a system's seeds can run on different GPUs or machines
+    (eighteenth session: a recipe's seeds 1 and 2, one study a GPU)."""
+    noise = "pmlm/AE only/ft lr 1e-3 noise 0.2"
+    args = study.parse_args(["--seeds", "3", "--only_seed", "1", "--only", f"pmlm/AE only,{noise},"
+                             "pmlm/AE only/ft lr 1e-3"])
+    todo = study.wanted_cells(study.systems_of(args), ["gigaword"], args.seeds, args.only_seed)
+    # a one-seed recipe (seed 0) has no seed 1
+    assert todo == [("pmlm/AE only", "gigaword", 1), (noise, "gigaword", 1)]
+    # its fine-tunings reuse seed 1's pre-training of pmlm/AE only, planned once
+    assert [j for j in study.plan(todo, args) if j[0] == "pre"] == [("pre", "pmlm/AE only", 1)]
+    assert len(study.wanted_cells([noise], ["gigaword"], 3)) == 3
+    for bad in (["--only_seed", "3"], ["--only_seed", "-2"], ["--seeds", "1", "--only_seed", "1"]):
+        with pytest.raises(study.UsageError, match="--only_seed"):
+            study.parse_args(bad)
+
+
 def test_plan_starts_the_longest_pretraining_of_a_seed_first(tmp_path):
     """Within a seed the pre-trainings go longest first (their wall time in earlier cells), so the
     last to start, when the slots run out, are the short ones (twelfth session's 4x H200 calls)."""

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Eighteenth session, one call of a 4-GPU machine: issue 22's quality bar and issue 21 item 4 side by side.
+#   GPUs 0-2  bench/study_variants_gpu.sh, seed 0, fine-tuning lr 1e-3, pmlm/AE only (the quickest of the best
+#             pre-trainings), one study a GPU:
+#               pb128  the study's pre-training batch (128 rows of 256 tokens: 1,220 steps for the 40M corpus
+#                      tokens), fine-tuned the study's way and three other ways (the recipe search's new systems:
+#                      batch 128, visible target tokens noised at 0.3 and at 0.7 instead of 0.5)
+#               pb64   pre-training batch 64 (twice the steps, the same corpus tokens), fine-tuned the study's way
+#                      and at batch 128
+#               pb32   pre-training batch 32 (four times the steps), the same two fine-tunings
+#   GPU 3     bash bench/loop_host_gpu.sh: train.py's loop against its bare step on the same batches
+#             (BARE_REPLAY), unilm and PALM with and without its copy head (its other side: host CPU only)
+# Needs out/data and out/studycache (bench/study.py's docstring).
+#   bash bench/levers_gpu.sh      # the first call
+#   bash bench/levers_gpu.sh 2    # the second (below)
+#   PICK="noise seed1" bash bench/levers_gpu.sh 2    # two of its four studies, on 2 GPUs
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+AE="pmlm/AE only"
+if [ "${1:-1}" = 2 ]; then
+  # the second call: the noise rate lower still (seed 0), pmlm's own pre-training at 0.3 and 0.2, and
+  # noise 0.3 and 0.2 on two more pre-training seeds beside the study's 0.5 (one study a GPU, --only_seed)
+  N="$AE/ft lr 1e-3 noise"
+  VARIANTS="noise=--only '$N 0.3,$N 0.2,$N 0.1,$N 0'"
+  VARIANTS+=";pmlm=--only 'pmlm,pmlm/ft lr 1e-3 noise 0.3,pmlm/ft lr 1e-3 noise 0.2'"
+  VARIANTS+=";seed1=--seeds 3 --only_seed 1 --only '$AE,$N 0.3,$N 0.2'"
+  VARIANTS+=";seed2=--seeds 3 --only_seed 2 --only '$AE,$N 0.3,$N 0.2'"
+  # PICK: some of the four studies (one a GPU), where fewer GPUs are lent
+  PICK=${PICK:-"noise pmlm seed1 seed2"}
+  picked=$(tr ';' '\n' <<< "$VARIANTS" | grep -E "^($(tr ' ' '|' <<< "$PICK"))=" | paste -sd ';')
+  GPUS=$(wc -w <<< "$PICK") PER_GPU=8 LIMIT=${LIMIT:-6.8} VARIANTS="$picked" bash bench/study_variants_gpu.sh
+  exit
+fi
+VARIANTS="pb128=--only '$AE,$AE/ft lr 1e-3 batch 128,$AE/ft lr 1e-3 noise 0.3,$AE/ft lr 1e-3 noise 0.7'"
+VARIANTS+=";pb64=--pre_batch 64 --only '$AE,$AE/ft lr 1e-3 batch 128'"
+VARIANTS+=";pb32=--pre_batch 32 --only '$AE,$AE/ft lr 1e-3 batch 128'"
+GPUS=3 PER_GPU=4 LIMIT=${LIMIT:-8.4} VARIANTS="$VARIANTS" bash bench/study_variants_gpu.sh > "$OUT/variants.txt" 2>&1 &
+CUDA_VISIBLE_DEVICES=3 OUT=/tmp/loop-host-out bash bench/loop_host_gpu.sh > /tmp/loop-host-out.txt 2>&1
+wait
+cp /tmp/loop-host-out.txt "$OUT/loop_host_run.txt"
+tar czf "$OUT/loop_host.tgz" -C /tmp loop-host-out
+tail -n 20 "$OUT/variants.txt"
