@@ -2,14 +2,16 @@
 # Eighteenth session, one call of a 4-GPU machine: issue 22's quality bar and issue 21 item 4 side by side.
 #   GPUs 0-2  bench/study_variants_gpu.sh, seed 0, fine-tuning lr 1e-3, pmlm/AE only (the quickest of the best
 #             pre-trainings), one study a GPU:
-#               pb128  the study's pre-training batch (128 rows of 256 tokens: 1,220 steps for the 40M corpus
-#                      tokens), fine-tuned the study's way and three other ways (the recipe search's new systems:
+#               pb128  the study's pre-training batch (128 rows of 256 tokens: 4,536 steps for pmlm/AE only's
+#                      40M corpus tokens), fine-tuned the study's way and three other ways (the recipe search's new systems:
 #                      batch 128, visible target tokens noised at 0.3 and at 0.7 instead of 0.5)
-#               pb64   pre-training batch 64 (twice the steps, the same corpus tokens), fine-tuned the study's way
+#               pb64   pre-training batch 64 (9,252 steps, the same corpus tokens), fine-tuned the study's way
 #                      and at batch 128
-#               pb32   pre-training batch 32 (four times the steps), the same two fine-tunings
+#               pb32   pre-training batch 32 (four times the steps), the same two fine-tunings (its pre-training did
+#                      not finish in the limit on an H200)
 #   GPU 3     bash bench/loop_host_gpu.sh: train.py's loop against its bare step on the same batches
-#             (BARE_REPLAY), unilm and PALM with and without its copy head (its other side: host CPU only)
+#             (BARE_REPLAY), unilm and PALM with and without its copy head (it shares the host CPU with the
+#             studies, so its ratios are not a clean measurement)
 # Needs out/data and out/studycache (bench/study.py's docstring).
 #   bash bench/levers_gpu.sh      # the first call
 #   bash bench/levers_gpu.sh 2    # the second (below)
@@ -20,7 +22,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 AE="pmlm/AE only"
 if [ "${1:-1}" = 2 ]; then
   # the second call: the noise rate lower still (seed 0), pmlm's own pre-training at 0.3 and 0.2, and
-  # noise 0.3 and 0.2 on two more pre-training seeds beside the study's 0.5 (one study a GPU, --only_seed)
+  # noise 0.3 and 0.2 on two more pre-training seeds beside the study's 0.5 (one study a GPU, --only_seed).
+  # On an H200, `noise` finished only its four Gigaword cells in the 6.8 minutes (eight cells on one GPU)
   N="$AE/ft lr 1e-3 noise"
   VARIANTS="noise=--only '$N 0.3,$N 0.2,$N 0.1,$N 0'"
   VARIANTS+=";pmlm=--only 'pmlm,pmlm/ft lr 1e-3 noise 0.3,pmlm/ft lr 1e-3 noise 0.2'"
