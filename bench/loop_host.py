@@ -36,6 +36,7 @@ import fast                                           # noqa: E402
 import objectives                                     # noqa: E402
 import train                                          # noqa: E402
 from bench.check_cuda import is_wait                  # noqa: E402
+from config import parse_args                         # noqa: E402
 
 START = int(os.environ.get("LOOP_START", 20))
 STOP = int(os.environ.get("LOOP_STOP", 50))
@@ -174,7 +175,7 @@ def report():
         ms["DDP's forward wrapper"] = ms.pop("forward incl. DDP's wrapper") - ms["forward"]
     step = ms.pop("step")
     ms["rest of train_step"] = step - sum(ms.values())
-    label = os.environ.get("LABEL") or f"{train_args().get('--objective', '?')}-{os.environ.get('WORLD_SIZE', 'plain')}"
+    label = os.environ.get("LABEL") or f"{parse_args(sys.argv[1:])[0].objective}-{os.environ.get('WORLD_SIZE', 'plain')}"
     lines = [f"{label}, rank {RANK}, steps {START}..{STOP}: wall {wall:.1f} ms a step (synchronised at both ends); "
              f"host in train_step {step:.1f} ms ({step / wall:.0%})", "| phase | host ms a step |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in ms.items()]
@@ -186,11 +187,6 @@ def report():
         print(text, flush=True)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"loop_host_{label}_rank{RANK}.txt").write_text(text + "\n")
-
-
-def train_args():
-    argv = sys.argv[1:]
-    return dict(zip(argv[::2], argv[1::2]))
 
 
 if __name__ == "__main__":

@@ -1194,11 +1194,15 @@ def plot_recipe(ax, cells, task):
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
 
 
-# the noise rate of pmlm's fine-tuning (the share of visible target tokens noised 80/10/10; the
-# official s2s-ft's 0.5 is the study's recipe), each rate's system on pmlm/AE only's pre-training
-NOISE_SWEEP = {0.0: "pmlm/AE only/ft lr 1e-3 noise 0", 0.1: "pmlm/AE only/ft lr 1e-3 noise 0.1",
-               0.2: "pmlm/AE only/ft lr 1e-3 noise 0.2", 0.3: "pmlm/AE only/ft lr 1e-3 noise 0.3",
-               0.5: "pmlm/AE only", 0.7: "pmlm/AE only/ft lr 1e-3 noise 0.7"}
+def noise_sweep():
+    """{rate: system} of pmlm's fine-tuning noise (the share of visible target tokens noised 80/10/10)
+    on pmlm/AE only's pre-training, by rate: the systems that set it, and pmlm/AE only itself at the
+    objective's default (the official s2s-ft's 0.5, the study's recipe)."""
+    from config import objective_class
+    rates = {objective_class("pmlm").option_table()["target_noise_prob"].default: "pmlm/AE only"}
+    rates.update({spec["ft"]["target_noise_prob"]: name for name, spec in SYSTEMS.items()
+                  if spec["pretrained_as"] == "pmlm/AE only" and "target_noise_prob" in spec["ft"]})
+    return dict(sorted(rates.items()))
 
 
 def plot_noise(ax, cells, task):
@@ -1206,7 +1210,7 @@ def plot_noise(ax, cells, task):
     seeds a line, issue 22's bar dashed."""
     metric = TASKS[task]["main"]
     means = []
-    for rate, name in NOISE_SWEEP.items():
+    for rate, name in noise_sweep().items():
         values = [c["scores"][metric]["f"] for c in scored(cells)
                   if c["system"] == name and c["task"] == task]
         if values:
