@@ -8,6 +8,8 @@
 #   ddp4       torchrun, four processes                              the speed-up the issue asks for (ddp2: two)
 #   ddp4 ...   the same with DDP built otherwise (bench/loop_host.py, DDP_KW) or another NCCL protocol
 #   *-split    the blocks cut at DDP's buckets by dynamo's DDPOptimizer, as before the seventeenth session
+#   *-pin      each rank on its own quarter (half) of the host's cores (bench/loop_host.py, PIN_CPUS)
+#   *-numa     torchrun --numa-binding node (where the machine has numactl)
 #   pairs      ddp1 and ddp1-split at once on GPUs 0 and 1, three rounds, the cards swapped each round
 #
 #   bash bench/ddp_decompose_gpu.sh                     # unilm, 60 steps a run
@@ -19,6 +21,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 RUNS=/tmp/ddp-decompose; rm -rf "$RUNS"; mkdir -p "$RUNS"
 nvidia-smi --query-gpu=name --format=csv,noheader
 python -c "import torch; print('torch', torch.__version__)"
+# the host's layout: which cores are near which GPU (--numa-binding, PIN_CPUS)
+nvidia-smi topo -m | head -6; lscpu | grep -E "^CPU\(s\)|NUMA"; command -v numactl || echo "no numactl"
 OBJECTIVE=${OBJECTIVE:-unilm}
 STEPS=${STEPS:-60}
 FLAGS="--objective $OBJECTIVE --preset base --vocab_size 30522 --seq_len 512 --batch_size 32 --max_steps $STEPS
@@ -26,11 +30,11 @@ FLAGS="--objective $OBJECTIVE --preset base --vocab_size 30522 --seq_len 512 --b
 # the vocabulary and the token cache, built once before the timed runs
 python -c "import data; data.prepare_pretrain(None, 30522, '.cache', max_tokens=509, progress=False)"
 port=29600
-ddp() {   # ddp NAME NPROC [ENV=VALUE ...]: torchrun over bench/loop_host.py
+ddp() {   # ddp NAME NPROC [ENV=VALUE ...]: torchrun over bench/loop_host.py (TORCHRUN_ARGS: torchrun's own)
   local name=$1 n=$2; shift 2
   port=$((port + 1))
   env "$@" CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) timeout 200 torchrun --nproc_per_node "$n" \
-    --master_port $port bench/loop_host.py $FLAGS --out_dir "$RUNS/$name" > "$RUNS/$name.log" 2>&1 \
+    ${TORCHRUN_ARGS:-} --master_port $port bench/loop_host.py $FLAGS --out_dir "$RUNS/$name" > "$RUNS/$name.log" 2>&1 \
     || { echo "$name failed:"; tail -5 "$RUNS/$name.log"; }
   echo "$name done"
 }
@@ -50,6 +54,9 @@ for name in $RUNS_WANTED; do
         wait; echo "pairs round $r done"
       done ;;
     ddp[0-9]-split) ddp "$name" "${name:3:1}" SPLIT_DDP=1 ;;
+    ddp[0-9]-pin*) ddp "$name" "${name:3:1}" PIN_CPUS=1 ;;
+    ddp[0-9]-numa*) if command -v numactl > /dev/null; then TORCHRUN_ARGS="--numa-binding node" ddp "$name" "${name:3:1}"
+                    else echo "$name: no numactl on this machine"; fi ;;
     four) for g in 0 1 2 3; do
             CUDA_VISIBLE_DEVICES=$g timeout 200 python bench/loop_host.py $FLAGS --out_dir "$RUNS/four$g" \
               > "$RUNS/four$g.log" 2>&1 &

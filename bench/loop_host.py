@@ -18,6 +18,9 @@ $OUT when set (label: LABEL, default the objective and the process count).
                 the loop against its bare step on the same batches, same model, same process (issue 21 item 4)
   SPLIT_DDP=1   the blocks compiled as before the seventeenth session, dynamo's DDPOptimizer on (each block cut at
                 DDP's buckets): the baseline of fast.compile_blocks's switch
+  PIN_CPUS=1    each process of a run (LOCAL_RANK of LOCAL_WORLD_SIZE) kept to its own equal share of the host's
+                cores, its threads as many, so host-bound ranks do not trade cores (torchrun --numa-binding
+                needs numactl and a NUMA layout the lent machines may not show)
 """
 import functools
 import json
@@ -189,7 +192,19 @@ def report():
         Path(os.environ["OUT"], f"loop_host_{label}_rank{RANK}.txt").write_text(text + "\n")
 
 
+def pin_cpus():
+    """PIN_CPUS=1: this process on its LOCAL_RANK's share of the cores it may use."""
+    cores = sorted(os.sched_getaffinity(0))
+    rank, n = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    share = cores[rank * len(cores) // n:(rank + 1) * len(cores) // n]
+    os.sched_setaffinity(0, share)
+    torch.set_num_threads(len(share))
+    print(f"rank {RANK}: cores {share[0]}-{share[-1]}", flush=True)
+
+
 if __name__ == "__main__":
+    if os.environ.get("PIN_CPUS") == "1":
+        pin_cpus()
     patch()
     try:
         train.main(sys.argv[1:])

@@ -5,6 +5,7 @@
 #   bash bench/loop_host_gpu.sh          # the phases
 #   bash bench/loop_host_gpu.sh ddp      # unilm alone and under DDP with one process: the calls that wait for the
 #                                        # GPU (SYNC_CHECK=1), then bench/profile_train.py on each
+#   bash bench/loop_host_gpu.sh bare     # only the three runs against their bare steps (item 4)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,9 +33,10 @@ if [ "${1:-phases}" = ddp ]; then
   exit 0
 fi
 host unilm-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective unilm $FLAGS --out_dir "$RUNS/a"
+host palm-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective palm $FLAGS --out_dir "$RUNS/d"
+host palm-nocopy-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective palm --copy false $FLAGS --out_dir "$RUNS/e"
+[ "${1:-phases}" = bare ] && exit 0
 host unilm-ddp1 timeout 150 torchrun --nproc_per_node 1 --master_port 29611 bench/loop_host.py --objective unilm \
   $FLAGS --out_dir "$RUNS/b"
 host unilm-ddp1-static 'DDP_KW={"static_graph": true}' timeout 150 torchrun --nproc_per_node 1 --master_port 29612 \
   bench/loop_host.py --objective unilm $FLAGS --out_dir "$RUNS/c"
-host palm-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective palm $FLAGS --out_dir "$RUNS/d"
-host palm-nocopy-alone BARE_REPLAY=1 timeout 150 python bench/loop_host.py --objective palm --copy false $FLAGS --out_dir "$RUNS/e"

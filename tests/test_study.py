@@ -27,7 +27,7 @@ def test_tiny_study_two_workers_interrupted_resumed_imported_reported(tmp_path):
     out = tmp_path / "work"
     cells = tmp_path / "cells.jsonl"
     flags = ["--tiny", "--per_gpu", "2", "--out", str(out), "--cells_out", str(cells),
-             "--cache_dir", str(ROOT / ".cache")]
+             "--cache_dir", str(ROOT / ".cache"), "--lp_sweep", "0,1,2"]
     # interrupted after the first finished cell: the job in flight is stopped
     first = run_study(*flags, "--stop_after_cells", "1")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
@@ -48,6 +48,11 @@ def test_tiny_study_two_workers_interrupted_resumed_imported_reported(tmp_path):
         assert all(0 <= r["scores"][m]["f"] <= 100 for m in ("rouge1", "rouge2", "rougeL", "bleu"))
         assert 0 <= r["teacher_forced_acc"] <= 100 and r["finetune"]["flops"] > 0
         assert all(0 <= r["decode"]["copied"][k] <= 100 for k in ("outputs", "references"))
+        # how long the outputs are, and (--lp_sweep) the same checkpoint decoded at the other penalties
+        assert r["decode"]["words"]["references"] > 0 and r["decode"]["words"]["outputs"] >= 0
+        sweep = r["decode"]["lp_sweep"]
+        assert sweep["used"] == 1.0 and set(sweep) == {"0.0", "2.0", "used"}
+        assert all(0 <= sweep[lp][m] <= 100 for lp in ("0.0", "2.0") for m in ("rougeL", "bleu"))
         assert len(r["examples"]) == 3 and set(r["examples"][0]) == {"source", "reference", "output"}
     by = {r["system"]: r for r in records}
     # equal compute: the two objectives read the same corpus tokens, in different numbers of steps
@@ -68,6 +73,7 @@ def test_tiny_study_two_workers_interrupted_resumed_imported_reported(tmp_path):
     text = page.read_text()
     assert "| pmlm | 1 |" in text and "| unilm | not run yet |" in text
     assert "**palm, docsum**" in text
+    assert "## Decoding length (study.py --lp_sweep)" in text and "| lp 0 | lp 1 | lp 2 |" in text
 
 
 def test_user_mistakes_are_one_line():
@@ -560,3 +566,52 @@ def test_the_nan_probe_swaps_only_how_attention_is_computed():
     assert row.any() and gv[0, :, row].abs().max() == 0
     log = "\nnon-finite loss nan at step 505 (batch of (64, 156), first example starts: ...)"
     assert study_nan.nan_step(log) == 505 and study_nan.nan_step("done: 1500 of 1500 steps") is None
+
+
+def test_lp_sweep_is_read_as_numbers_and_a_mistake_is_one_line():
+    assert study.parse_args(["--lp_sweep", "0, 1.5"]).lp_sweep == [0.0, 1.5]
+    assert study.parse_args([]).lp_sweep == []
+    args = study.parse_args(["--lp_sweep", "0.3,2"])
+    assert study.forwarded(args)[-2:] == ["--lp_sweep", "0.3,2.0"]
+    for bad in ("1,x", "-0.5"):
+        result = run_study("--tiny", "--lp_sweep", bad)
+        assert result.returncode == 2 and "--lp_sweep" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_length_sweep_averages_each_penalty_over_seeds_with_the_cells_own():
+    def cell(seed, own, other):
+        return dict(system="s", task="gigaword", seed=seed, scores={"rougeL": {"f": own}},
+                    decode=dict(words=dict(outputs=6.0 + seed, references=8.0),
+                                lp_sweep={"0.0": dict(rougeL=other, bleu=1.0, words=5.0 + seed),
+                                          "used": 0.6}))
+    cells = {str(k): cell(k, own, other) for k, (own, other) in enumerate([(30.0, 28.0), (29.0, 27.0)])}
+    sweep = study.length_sweep(cells, "s", "gigaword")
+    assert sweep == {0.0: (27.5, 5.5, 2), 0.6: (29.5, 6.5, 2)}
+    assert study.reference_words(cells, "gigaword") == 8.0
+    assert study.length_sweep(cells, "other", "gigaword") == {}
+    table = study.length_table(cells, ["gigaword"], ["s"])
+    assert "| s | 2 | 27.50 (5.5) | 29.50 (6.5) |" in table
+
+
+def test_the_noise_sweep_holds_only_systems_that_change_the_noise():
+    from config import objective_class
+    default = objective_class("pmlm").option_table()["target_noise_prob"].default
+    for base in study.NOISE_BASES:
+        sweep = study.noise_sweep(base)
+        assert sweep[default] == base and len(sweep) > 1
+        for rate, name in sweep.items():
+            spec = study.SYSTEMS[name]
+            if name != base:
+                # the same pre-training, the noise and lr 1e-3 only: no dropout, lr or length change
+                assert spec["pretrained_as"] == base and not spec["lp"]
+                assert spec["ft"] == {"lr": 1e-3, "target_noise_prob": rate}
+    # pmlm's lr 1.4e-3 and no-dropout systems also fine-tune at 0.2: neither is the sweep's 0.2
+    assert study.noise_sweep("pmlm")[0.2] == "pmlm/ft lr 1e-3 noise 0.2"
+    assert study.noise_sweep("pmlm/AE only")[0.2] == "pmlm/AE only/ft lr 1e-3 noise 0.2"
+
+
+def test_recipe_pairs_of_one_pre_training():
+    assert all(base == "pmlm" for base, _ in study.recipe_pairs("pmlm"))
+    assert {n for _, n in study.recipe_pairs("pmlm")} >= {"pmlm/ft lr 1e-3 noise 0.2 longer outputs"}
+    assert len(study.recipe_pairs()) == len(study.recipe_pairs("pmlm")) + len(study.recipe_pairs("pmlm/AE only"))
