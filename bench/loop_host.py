@@ -19,8 +19,8 @@ $OUT when set (label: LABEL, default the objective and the process count).
   SPLIT_DDP=1   the blocks compiled as before the seventeenth session, dynamo's DDPOptimizer on (each block cut at
                 DDP's buckets): the baseline of fast.compile_blocks's switch
   PIN_CPUS=1    each process of a run (LOCAL_RANK of LOCAL_WORLD_SIZE) kept to its own equal share of the host's
-                cores, its threads as many, so host-bound ranks do not trade cores (torchrun --numa-binding
-                needs numactl and a NUMA layout the lent machines may not show)
+                cores, its threads as many, so host-bound ranks do not trade cores (on the lent 4x H200, one NUMA
+                node for all 64 cores, it lost 3-7%: bench/RESULTS.md, nineteenth session)
 """
 import functools
 import json
