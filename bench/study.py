@@ -1457,8 +1457,8 @@ def parse_args(argv):
         args.lp_sweep = [float(x) for x in args.lp_sweep.split(",") if x.strip()]
     except ValueError:
         raise UsageError(f"--lp_sweep {args.lp_sweep!r}: comma-separated numbers, e.g. 0,0.3,1.0") from None
-    if any(lp < 0 for lp in args.lp_sweep):
-        raise UsageError(f"--lp_sweep: length penalties must be >= 0, got {args.lp_sweep}")
+    if not all(math.isfinite(lp) and lp >= 0 for lp in args.lp_sweep):
+        raise UsageError(f"--lp_sweep: length penalties must be finite and >= 0, got {args.lp_sweep}")
     if args.ft_warmup < -1:
         raise UsageError(f"--ft_warmup must be >= 0 (or -1), got {args.ft_warmup}")
     if args.tiny:

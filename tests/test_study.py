@@ -573,7 +573,7 @@ def test_lp_sweep_is_read_as_numbers_and_a_mistake_is_one_line():
     assert study.parse_args([]).lp_sweep == []
     args = study.parse_args(["--lp_sweep", "0.3,2"])
     assert study.forwarded(args)[-2:] == ["--lp_sweep", "0.3,2.0"]
-    for bad in ("1,x", "-0.5"):
+    for bad in ("1,x", "-0.5", "nan", "1,inf"):
         result = run_study("--tiny", "--lp_sweep", bad)
         assert result.returncode == 2 and "--lp_sweep" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
