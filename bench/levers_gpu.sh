@@ -21,14 +21,23 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 AE="pmlm/AE only"
+# studies PICK LIMIT [FLAGS]: the studies of $VARIANTS named in PICK, one a GPU, eight jobs a GPU, FLAGS added to
+# each; $LIMIT, where set, replaces the call's own time limit
+studies() {
+  local picked
+  picked=$(tr ';' '\n' <<< "$VARIANTS" | grep -E "^($(tr ' ' '|' <<< "$1"))=" | sed "s/\$/${3:+ $3}/" | paste -sd ';')
+  GPUS=$(wc -w <<< "$1") PER_GPU=8 LIMIT=${LIMIT:-$2} VARIANTS="$picked" bash bench/study_variants_gpu.sh
+}
+# pmlm's own pre-training, a seed a GPU (--only_seed): VARIANTS pmlm0, pmlm1, pmlm2 fine-tuned as the systems in $1
+pmlm_seeds() {
+  for k in 0 1 2; do VARIANTS+="${VARIANTS:+;}pmlm$k=--seeds 3 --only_seed $k --only '$1'"; done
+}
 if [ "${1:-1}" = 4 ]; then
   # the nineteenth session's second call: on pmlm's pre-training, a seed a GPU, noise 0.2 decoded longer (the
   # length penalties the first call's sweep favoured), without dropout, at peak lr 1.4e-3
   P="pmlm/ft lr 1e-3 noise 0.2"; VARIANTS=""
-  for k in 0 1 2; do
-    VARIANTS+="${VARIANTS:+;}pmlm$k=--seeds 3 --only_seed $k --only '$P longer outputs,$P dropout 0,pmlm/ft lr 1.4e-3 noise 0.2' --lp_sweep 0.6,1.0,1.5,2.0"
-  done
-  GPUS=3 PER_GPU=8 LIMIT=${LIMIT:-8.2} VARIANTS="$VARIANTS" bash bench/study_variants_gpu.sh
+  pmlm_seeds "$P longer outputs,$P dropout 0,pmlm/ft lr 1.4e-3 noise 0.2"
+  studies "${PICK:-pmlm0 pmlm1 pmlm2}" 8.2 "--lp_sweep 0.6,1.0,1.5,2.0"
   exit
 fi
 if [ "${1:-1}" = 3 ]; then
@@ -36,14 +45,10 @@ if [ "${1:-1}" = 3 ]; then
   # ROUGE-L at 0.5); on GPU 3 pmlm/AE only at 0.2 again (seed 0's SQuAD cell never ran) and with less
   # regularisation (no label smoothing; no dropout). Every cell decoded again at the other length penalties
   # (--lp_sweep; its scores stay its own length penalty's) and its output length kept
-  N="$AE/ft lr 1e-3 noise 0.2"
-  VARIANTS="pmlm0=--seeds 3 --only_seed 0 --only 'pmlm/ft lr 1e-3 noise 0.2'"
-  VARIANTS+=";pmlm1=--seeds 3 --only_seed 1 --only 'pmlm/ft lr 1e-3 noise 0.2'"
-  VARIANTS+=";pmlm2=--seeds 3 --only_seed 2 --only 'pmlm/ft lr 1e-3 noise 0.2'"
+  N="$AE/ft lr 1e-3 noise 0.2"; VARIANTS=""
+  pmlm_seeds "pmlm/ft lr 1e-3 noise 0.2"
   VARIANTS+=";ae=--only '$N,$N no smoothing,$N dropout 0'"
-  PICK=${PICK:-"pmlm0 pmlm1 pmlm2 ae"}
-  picked=$(tr ';' '\n' <<< "$VARIANTS" | grep -E "^($(tr ' ' '|' <<< "$PICK"))=" | sed "s/\$/ --lp_sweep 0,0.3,1.0,1.5/" | paste -sd ';')
-  GPUS=$(wc -w <<< "$PICK") PER_GPU=8 LIMIT=${LIMIT:-8.2} VARIANTS="$picked" bash bench/study_variants_gpu.sh
+  studies "${PICK:-pmlm0 pmlm1 pmlm2 ae}" 8.2 "--lp_sweep 0,0.3,1.0,1.5"
   exit
 fi
 if [ "${1:-1}" = 2 ]; then
@@ -55,9 +60,7 @@ if [ "${1:-1}" = 2 ]; then
   VARIANTS+=";seed1=--seeds 3 --only_seed 1 --only '$AE,$N 0.3,$N 0.2'"
   VARIANTS+=";seed2=--seeds 3 --only_seed 2 --only '$AE,$N 0.3,$N 0.2'"
   # PICK: some of the three studies (one a GPU), where fewer GPUs are lent
-  PICK=${PICK:-"noise seed1 seed2"}
-  picked=$(tr ';' '\n' <<< "$VARIANTS" | grep -E "^($(tr ' ' '|' <<< "$PICK"))=" | paste -sd ';')
-  GPUS=$(wc -w <<< "$PICK") PER_GPU=8 LIMIT=${LIMIT:-6.8} VARIANTS="$picked" bash bench/study_variants_gpu.sh
+  studies "${PICK:-noise seed1 seed2}" 6.8
   exit
 fi
 VARIANTS="pb128=--only '$AE,$AE/ft lr 1e-3 batch 128,$AE/ft lr 1e-3 noise 0.3,$AE/ft lr 1e-3 noise 0.7'"

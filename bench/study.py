@@ -640,10 +640,16 @@ def score(ckpt, task, cfg, args, length_penalty):
     sources, refs = score_split(task, cfg, args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok, obj = generate.load_checkpoint(str(ckpt), device)
+    autocast = torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda")
+
+    def decode(lp):
+        """The held-out sources, decoded at length penalty lp."""
+        with autocast:
+            return generate.generate_text(model, tok, obj, sources, beam_size=5, max_len=32,
+                                          length_penalty=lp, batch_size=64)
     t0 = time.time()
-    with torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda"):
-        hyps = generate.generate_text(model, tok, obj, sources, beam_size=5, max_len=32,
-                                      length_penalty=length_penalty, batch_size=64)
+    hyps = decode(length_penalty)
+    with autocast:
         accuracy = teacher_forced_accuracy(model, tok, obj, sources, refs)
     seconds = time.time() - t0
     rouge = evaluate.rouge_bootstrap(hyps, refs, stem=True, n_samples=1000)
@@ -656,18 +662,16 @@ def score(ckpt, task, cfg, args, length_penalty):
     copied = dict(outputs=copy_rate(hyps, sources), references=copy_rate(refs, sources))
     # how long it writes: mean words an output, the references' beside it
     words = dict(outputs=mean_words(hyps), references=mean_words(refs))
-    decode = dict(seconds=seconds, copied=copied, words=words)
+    decoded = dict(seconds=seconds, copied=copied, words=words)
     # --lp_sweep: the same checkpoint decoded at other length penalties (the decoding's own lever)
     sweep = {}
     for lp in [lp for lp in args.lp_sweep if lp != length_penalty]:
-        with torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda"):
-            other = generate.generate_text(model, tok, obj, sources, beam_size=5, max_len=32,
-                                           length_penalty=lp, batch_size=64)
+        other = decode(lp)
         sweep[str(lp)] = dict(rougeL=100 * evaluate.rouge(other, refs, stem=True)["rougeL"]["fmeasure"],
                               bleu=evaluate.bleu(other, refs), words=mean_words(other))
     if sweep:
-        decode["lp_sweep"] = dict(sweep, used=length_penalty)
-    return dict(scores=scores, teacher_forced_acc=accuracy, decode=decode,
+        decoded["lp_sweep"] = dict(sweep, used=length_penalty)
+    return dict(scores=scores, teacher_forced_acc=accuracy, decode=decoded,
                 examples=examples, torch=torch.__version__, card=card)
 
 
@@ -1300,7 +1304,7 @@ def noise_sweep(base="pmlm/AE only"):
     rates = {objective_class("pmlm").option_table()["target_noise_prob"].default: base}
     rates.update({spec["ft"]["target_noise_prob"]: name for name, spec in SYSTEMS.items()
                   if spec["pretrained_as"] == base and not spec["lp"]
-                  and spec["ft"] == dict(lr=1e-3, target_noise_prob=spec["ft"].get("target_noise_prob"))})
+                  and spec["ft"].keys() == {"lr", "target_noise_prob"} and spec["ft"]["lr"] == 1e-3})
     return dict(sorted(rates.items()))
 
 
