@@ -17,21 +17,41 @@
 #   bash bench/levers_gpu.sh 2    # the second (below)
 #   PICK="noise seed1" bash bench/levers_gpu.sh 2    # two of its three studies, on 2 GPUs
 #   bash bench/levers_gpu.sh 3; bash bench/levers_gpu.sh 4    # the nineteenth session's two calls (below)
+#   bash bench/levers_gpu.sh 5; bash bench/levers_gpu.sh 6; bash bench/levers_gpu.sh 7   # the twentieth's, ONE GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 AE="pmlm/AE only"
-# studies PICK LIMIT [FLAGS]: the studies of $VARIANTS named in PICK, one a GPU, eight jobs a GPU, FLAGS added to
-# each; $LIMIT, where set, replaces the call's own time limit
+# studies PICK LIMIT [FLAGS]: the studies of $VARIANTS named in PICK, one a GPU (or all on $GPUS, where set),
+# eight jobs a study, FLAGS added to each; $LIMIT, where set, replaces the call's own time limit
 studies() {
   local picked
   picked=$(tr ';' '\n' <<< "$VARIANTS" | grep -E "^($(tr ' ' '|' <<< "$1"))=" | sed "s/\$/${3:+ $3}/" | paste -sd ';')
-  GPUS=$(wc -w <<< "$1") PER_GPU=8 LIMIT=${LIMIT:-$2} VARIANTS="$picked" bash bench/study_variants_gpu.sh
+  GPUS=${GPUS:-$(wc -w <<< "$1")} PER_GPU=8 LIMIT=${LIMIT:-$2} VARIANTS="$picked" bash bench/study_variants_gpu.sh
 }
 # pmlm's own pre-training, a seed a GPU (--only_seed): VARIANTS pmlm0, pmlm1, pmlm2 fine-tuned as the systems in $1
 pmlm_seeds() {
   for k in 0 1 2; do VARIANTS+="${VARIANTS:+;}pmlm$k=--seeds 3 --only_seed $k --only '$1'"; done
 }
+if [ "${1:-1}" -ge 5 ] 2>/dev/null; then
+  # the twentieth session's three calls, ONE GPU each (no 4-GPU machine was lent): Gigaword only, pmlm's
+  # pre-training, the seeds side by side on the one GPU (one MPS daemon for the studies). 5: seeds 0 and 1 of
+  # noise 0.2 at length penalty 1.5 (the sweep's best) and, from it, more dropout, more label smoothing, a lower
+  # peak lr (SYSTEMS' comment); 6: seed 2 of those and of more weight decay and less noise, seed 0 of the last
+  # two; 7: the three best again on two more pre-training seeds (3, 4), and seed 1 of more weight decay. Every
+  # checkpoint decoded at 0.6, 1.0 and 2.0 too
+  P="pmlm/ft lr 1e-3 noise 0.2 lp 1.5"; L="pmlm/ft lr 7e-4 noise 0.2 lp 1.5"; W="$P weight decay 0.1"
+  N="pmlm/ft lr 1e-3 noise 0.1 lp 1.5"; F="--tasks gigaword --lp_sweep 0.6,1.0,2.0"
+  seed() { VARIANTS+="${VARIANTS:+;}pmlm$1=--seeds 5 --only_seed $1 --only '$2' $F"; }
+  VARIANTS=""
+  case $1 in
+    5) seed 0 "$P,$P dropout 0.2,$P smoothing 0.2,$L"; seed 1 "$P,$P dropout 0.2,$P smoothing 0.2,$L" ;;
+    6) seed 2 "$P,$P dropout 0.2,$P smoothing 0.2,$L,$W,$N"; seed 0 "$W,$N" ;;
+    *) seed 3 "$P,$P dropout 0.2,$L"; seed 4 "$P,$P dropout 0.2,$L"; seed 1 "$W" ;;
+  esac
+  GPUS=1 PER_GPU=8 LIMIT=${LIMIT:-8.8} VARIANTS="$VARIANTS" bash bench/study_variants_gpu.sh
+  exit
+fi
 if [ "${1:-1}" = 4 ]; then
   # the nineteenth session's second call: on pmlm's pre-training, a seed a GPU, noise 0.2 decoded longer (the
   # length penalties the first call's sweep favoured), without dropout, at peak lr 1.4e-3

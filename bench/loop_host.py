@@ -18,11 +18,21 @@ $OUT when set (label: LABEL, default the objective and the process count).
                 the loop against its bare step on the same batches, same model, same process (issue 21 item 4)
   SPLIT_DDP=1   the blocks compiled as before the seventeenth session, dynamo's DDPOptimizer on (each block cut at
                 DDP's buckets): the baseline of fast.compile_blocks's switch
+  GC_FREEZE=1   gc.freeze() at step START: every object made so far (the model, the compiled graphs' caches) out
+                of the garbage collector's reach, so a collection in the timed steps walks only the new ones
+  FAST_CLIP=1   the clip as its four steps over a list of the parameters made once (a foreach norm per tensor,
+                their norm, the factor, a foreach multiply: clip_grad_norm_'s own steps for one device and dtype,
+                without its grouping and per-tensor copies)
+                (twentieth session, PALM on one H200: neither gains; the collector takes 0.2 ms a step, the clip's
+                host time stays 1.6-2.1 ms; bench/RESULTS.md)
+The garbage collector's passes in the timed steps (and in the bare steps) are counted and timed apart: their time
+is inside the phases above, wherever a pass fell.
   PIN_CPUS=1    each process of a run (LOCAL_RANK of LOCAL_WORLD_SIZE) kept to its own equal share of the host's
                 cores, its threads as many, so host-bound ranks do not trade cores (on the lent 4x H200, one NUMA
                 node for all 64 cores, it lost 3-7%: bench/RESULTS.md, nineteenth session)
 """
 import functools
+import gc
 import json
 import os
 import sys
@@ -50,6 +60,9 @@ SYNC_CHECK = os.environ.get("SYNC_CHECK") == "1"
 BARE_REPLAY = os.environ.get("BARE_REPLAY") == "1"
 captured = []                              # BARE_REPLAY: each step's micro-batches in steps START..STOP
 waits = []                                 # SYNC_CHECK: the warnings of calls that waited
+GC_FREEZE = os.environ.get("GC_FREEZE") == "1"
+FAST_CLIP = os.environ.get("FAST_CLIP") == "1"
+collections = defaultdict(lambda: [0, 0.0])     # "loop" / "bare" -> [passes, seconds] of the garbage collector
 
 
 def timed(name, fn):
@@ -85,7 +98,29 @@ class TimedLoader:
         return iter(timed("data", fetch), None)
 
 
+def gc_timer(phase, info):
+    """gc.callbacks: each pass of the garbage collector in the timed steps or the bare steps, counted and timed."""
+    where = "loop" if state["on"] else "bare" if state.get("in_bare") else None
+    if phase == "start":
+        state["gc_t"] = time.perf_counter()
+    elif where and state.get("gc_t") is not None:
+        collections[where][0] += 1
+        collections[where][1] += time.perf_counter() - state["gc_t"]
+
+
+def fast_clip(parameters, max_norm, foreach=True):
+    """FAST_CLIP=1: clip_grad_norm_'s steps for gradients of one device and dtype, over a list made once."""
+    params = state.setdefault("params", list(parameters))
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
 def patch():
+    gc.callbacks.append(gc_timer)
+    if FAST_CLIP:
+        torch.nn.utils.clip_grad_norm_ = fast_clip
     plain_loader = data.batch_loader
     data.batch_loader = lambda *a, **kw: TimedLoader(plain_loader(*a, **kw))
     objectives.Batch.to = timed("to device", objectives.Batch.to)
@@ -112,12 +147,16 @@ def patch():
     plain_step = train.train_step
 
     def step(run, autocast):
+        if run.step == START and GC_FREEZE:
+            gc.freeze()
         if run.step in (START, STOP):
             sync()
             state["t0" if run.step == START else "t1"] = time.perf_counter()
             state["on"] = run.step == START
             if run.step == STOP and BARE_REPLAY:
+                state["in_bare"] = True
                 state["bare"] = bare_steps(run, autocast)
+                state["in_bare"] = False
         if SYNC_CHECK and state["on"]:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -185,6 +224,12 @@ def report():
     if "bare" in state:
         lines.append(f"bare steps on the same {len(captured)} batches: {state['bare']:.1f} ms a step; "
                      f"the loop runs at {state['bare'] / wall:.2f} of its bare step")
+    # the bare steps: the captured batches and one warm-up
+    for where, steps in (("loop", n), ("bare", len(captured) + 1 if "bare" in state else 0)):
+        passes, seconds = collections[where]
+        if steps:
+            lines.append(f"garbage collector, {where} steps: {passes} passes, {seconds / steps * 1000:.2f} ms a step"
+                         + (" (gc.freeze at the first)" if GC_FREEZE else ""))
     text = "\n".join(lines)
     if RANK == 0:
         print(text, flush=True)

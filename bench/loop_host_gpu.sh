@@ -6,6 +6,8 @@
 #   bash bench/loop_host_gpu.sh ddp      # unilm alone and under DDP with one process: the calls that wait for the
 #                                        # GPU (SYNC_CHECK=1), then bench/profile_train.py on each
 #   bash bench/loop_host_gpu.sh bare     # only the three runs against their bare steps (item 4)
+#   bash bench/loop_host_gpu.sh gc       # PALM against its bare step as is, with gc.freeze (GC_FREEZE), with the clip
+#                                        # over a list made once (FAST_CLIP), with both; then as is and both again
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -29,6 +31,15 @@ if [ "${1:-phases}" = ddp ]; then
     PROFILE_STOP=25 timeout 150 $launch bench/profile_train.py --objective unilm $FLAGS --out_dir "$RUNS/p$mode" \
       > "$RUNS/p$mode.log" 2>&1
     grep -A36 "rank 0, steps" "$RUNS/p$mode.log" > "$OUT/profile_$mode.txt"; head -8 "$OUT/profile_$mode.txt"
+  done
+  exit 0
+fi
+if [ "${1:-phases}" = gc ]; then
+  i=0
+  for v in PLAIN=1 GC_FREEZE=1 FAST_CLIP=1 "GC_FREEZE=1 FAST_CLIP=1" PLAIN=1 "GC_FREEZE=1 FAST_CLIP=1"; do
+    label=palm-$(tr ' =' '_-' <<< "$v")-$((++i))
+    # shellcheck disable=SC2086
+    host "$label" BARE_REPLAY=1 $v timeout 150 python bench/loop_host.py --objective palm $FLAGS --out_dir "$RUNS/g"
   done
   exit 0
 fi

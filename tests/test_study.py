@@ -615,3 +615,48 @@ def test_recipe_pairs_of_one_pre_training():
     assert all(base == "pmlm" for base, _ in study.recipe_pairs("pmlm"))
     assert {n for _, n in study.recipe_pairs("pmlm")} >= {"pmlm/ft lr 1e-3 noise 0.2 longer outputs"}
     assert len(study.recipe_pairs()) == len(study.recipe_pairs("pmlm")) + len(study.recipe_pairs("pmlm/AE only"))
+
+
+def test_a_gigaword_only_system_wants_no_squad_cells_and_its_page_lists_it_once():
+    name = "pmlm/ft lr 1e-3 noise 0.2 lp 1.5 dropout 0.2"
+    assert study.SYSTEMS[name]["tasks"] == ("gigaword",) and study.SYSTEMS[name]["lp"] == {"gigaword": 1.5}
+    wanted = study.wanted_cells([name, "pmlm"], ["gigaword", "squad_qg"], seeds=5)
+    # five seeds of Gigaword alone; pmlm (every task, no seeds of its own) every seed of both
+    assert sorted(k for n, t, k in wanted if n == name) == [0, 1, 2, 3, 4]
+    assert {t for n, t, _ in wanted if n == name} == {"gigaword"}
+    assert {(t, k) for n, t, k in wanted if n == "pmlm"} == {(t, k) for t in ("gigaword", "squad_qg")
+                                                             for k in range(5)}
+    cell = dict(system=name, task="gigaword", seed=0, pretrain=None, teacher_forced_acc=40.0,
+                finetune=dict(seconds=60.0, flops=1.0), decode=dict(seconds=6.0),
+                scores={m: dict(f=30.0, low=29.0, high=31.0) for m in ("rouge1", "rouge2", "rougeL")})
+    cells = {"a": cell}
+    assert f"| {name} | 1 |" in "\n".join(study.task_table(cells, "gigaword", [name]))
+    # not "not run yet" on SQuAD: it never will be
+    assert name not in "\n".join(study.task_table(cells, "squad_qg", [name]))
+
+
+def test_paired_differences_take_only_the_seeds_both_ran():
+    def cell(name, seed, f):
+        return dict(system=name, task="gigaword", seed=seed, scores={"rougeL": {"f": f}})
+    cells = {f"{n}{k}": cell(n, k, f) for n, runs in {"a": [29.0, 30.0, 28.0], "b": [29.5, 29.0]}.items()
+             for k, f in enumerate(runs)}
+    cells["d"] = dict(cell("b", 2, 99.0), diverged=True)
+    assert study.by_seed(cells, "a", "gigaword") == {0: 29.0, 1: 30.0, 2: 28.0}
+    # b's seed 2 diverged: no score, no pair
+    assert study.paired(cells, "a", "b", "gigaword") == {0: 0.5, 1: -1.0}
+    assert study.paired(cells, "a", "none", "gigaword") == {}
+
+
+def test_plot_seeds_draws_a_line_a_system_through_its_seeds():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cells = {f"{n}{k}": dict(system=n, task="gigaword", seed=k, scores={"rougeL": dict(f=f, low=f, high=f)})
+             for n, runs in {"a": [29.0, 30.0, 28.0], "b": [29.5, 30.5]}.items() for k, f in enumerate(runs)}
+    fig, ax = plt.subplots()
+    study.plot_seeds(ax, cells, "gigaword", ["a", "b", "never ran"])
+    lines = [line for line in ax.get_lines() if line.get_label() != "issue 22's bar"]
+    assert [list(line.get_ydata()) for line in lines] == [[29.0, 30.0, 28.0], [29.5, 30.5]]
+    assert lines[0].get_label() == "a: 29.00 ± 1.00 (3 seeds)"
+    assert list(ax.get_xticks()) == [0, 1, 2]
+    plt.close(fig)

@@ -158,7 +158,8 @@ def test_loop_host_times_every_phase_of_a_ddp_step(tmp_path, corpus):
     table = (tmp_path / "loop_host_t_rank0.txt").read_text().splitlines()
     head = table[0]
     assert head.startswith("t, rank 0, steps 2..5: wall ")
-    rows = {line.split(" | ")[0][2:]: float(line.split(" | ")[1].rstrip(" |")) for line in table[3:-1]}
+    bare = next(i for i, line in enumerate(table) if line.startswith("bare steps"))
+    rows = {line.split(" | ")[0][2:]: float(line.split(" | ")[1].rstrip(" |")) for line in table[3:bare]}
     assert set(rows) == {"data", "to device", "count work", "forward", "DDP's forward wrapper", "backward", "clip",
                          "optimizer", "zero_grad", "rest of train_step"}
     step_ms = float(head.split("host in train_step ")[1].split(" ms")[0])
@@ -166,8 +167,32 @@ def test_loop_host_times_every_phase_of_a_ddp_step(tmp_path, corpus):
     assert rows["forward"] > 0 and rows["backward"] > 0
     assert abs(sum(rows.values()) - step_ms) < 0.15          # rounded to 0.01 a row, 0.1 the step
     assert re.fullmatch(r"bare steps on the same 3 batches: [0-9.]+ ms a step; the loop runs at [0-9.]+ of its "
-                        r"bare step", table[-1])
+                        r"bare step", table[bare])
+    # the garbage collector's passes, in the timed steps and in the bare ones, the table's last lines
+    assert [re.fullmatch(rf"garbage collector, {where} steps: [0-9]+ passes, [0-9.]+ ms a step", line) is not None
+            for where, line in zip(("loop", "bare"), table[bare + 1:])] == [True, True]
+    assert len(table) == bare + 3
     assert "-> identical" in res.stdout
+
+
+def test_loop_host_fast_clip_is_clip_grad_norm_to_the_bit():
+    """bench/loop_host.py's FAST_CLIP (a measurement switch): the same norm and clipped gradients as
+    torch.nn.utils.clip_grad_norm_, bit for bit, clipped or not."""
+    sys.path.insert(0, str(ROOT))
+    from bench import loop_host
+    torch.manual_seed(0)
+    for max_norm in (0.5, 1e6):
+        grads = [torch.randn(5, 7), torch.randn(3), torch.randn(2, 2, 2)]
+        mine, theirs = ([torch.nn.Parameter(torch.zeros_like(g)) for g in grads] for _ in range(2))
+        for ps in (mine, theirs):
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+        loop_host.state.pop("params", None)
+        norm = loop_host.fast_clip(iter(mine), max_norm)
+        assert torch.equal(norm, torch.nn.utils.clip_grad_norm_(theirs, max_norm, foreach=True))
+        assert all(torch.equal(a.grad, b.grad) for a, b in zip(mine, theirs))
+        # clipped where the norm is above max_norm, untouched where below
+        assert all(torch.equal(p.grad, g) for p, g in zip(mine, grads)) == (max_norm > norm)
 
 
 # --- crashes, signals and resume: real processes --------------------------------------------------------------
