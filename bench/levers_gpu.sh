@@ -47,7 +47,8 @@ if [ "${1:-1}" -ge 5 ] 2>/dev/null; then
   case $1 in
     5) seed 0 "$P,$P dropout 0.2,$P smoothing 0.2,$L"; seed 1 "$P,$P dropout 0.2,$P smoothing 0.2,$L" ;;
     6) seed 2 "$P,$P dropout 0.2,$P smoothing 0.2,$L,$W,$N"; seed 0 "$W,$N" ;;
-    *) seed 3 "$P,$P dropout 0.2,$L"; seed 4 "$P,$P dropout 0.2,$L"; seed 1 "$W" ;;
+    7) seed 3 "$P,$P dropout 0.2,$L"; seed 4 "$P,$P dropout 0.2,$L"; seed 1 "$W" ;;
+    *) echo "levers_gpu.sh: no call $1 (1-7)" >&2; exit 2 ;;
   esac
   GPUS=1 PER_GPU=8 LIMIT=${LIMIT:-8.8} VARIANTS="$VARIANTS" bash bench/study_variants_gpu.sh
   exit

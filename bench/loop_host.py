@@ -25,11 +25,11 @@ $OUT when set (label: LABEL, default the objective and the process count).
                 without its grouping and per-tensor copies)
                 (twentieth session, PALM on one H200: neither gains; the collector takes 0.2 ms a step, the clip's
                 host time stays 1.6-2.1 ms; bench/RESULTS.md)
-The garbage collector's passes in the timed steps (and in the bare steps) are counted and timed apart: their time
-is inside the phases above, wherever a pass fell.
   PIN_CPUS=1    each process of a run (LOCAL_RANK of LOCAL_WORLD_SIZE) kept to its own equal share of the host's
                 cores, its threads as many, so host-bound ranks do not trade cores (on the lent 4x H200, one NUMA
                 node for all 64 cores, it lost 3-7%: bench/RESULTS.md, nineteenth session)
+The garbage collector's passes in the timed steps (and in the bare steps) are counted and timed apart: their time
+is inside the phases above, wherever a pass fell.
 """
 import functools
 import gc
