@@ -38,8 +38,8 @@ if [ "${1:-1}" -ge 5 ] 2>/dev/null; then
   # pre-training, the seeds side by side on the one GPU (one MPS daemon for the studies). 5: seeds 0 and 1 of
   # noise 0.2 at length penalty 1.5 (the sweep's best) and, from it, more dropout, more label smoothing, a lower
   # peak lr (SYSTEMS' comment); 6: seed 2 of those and of more weight decay and less noise, seed 0 of the last
-  # two; 7: the three best again on two more pre-training seeds (3, 4), and seed 1 of more weight decay. Every
-  # checkpoint decoded at 0.6, 1.0 and 2.0 too
+  # two; 7: the two best and the plain recipe on two more pre-training seeds (3, 4), seed 1 of more weight
+  # decay. Every checkpoint decoded at 0.6, 1.0 and 2.0 too
   P="pmlm/ft lr 1e-3 noise 0.2 lp 1.5"; L="pmlm/ft lr 7e-4 noise 0.2 lp 1.5"; W="$P weight decay 0.1"
   N="pmlm/ft lr 1e-3 noise 0.1 lp 1.5"; F="--tasks gigaword --lp_sweep 0.6,1.0,2.0"
   seed() { VARIANTS+="${VARIANTS:+;}pmlm$1=--seeds 5 --only_seed $1 --only '$2' $F"; }

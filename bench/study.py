@@ -257,7 +257,7 @@ SYSTEMS = {
     # twentieth session, Gigaword only (one GPU): at its sweep's best length penalty (1.5: 29.93 over three
     # seeds), the regularisation the lost runs point to (no dropout -1.5, no label smoothing -0.2: so more of
     # each, and more weight decay than train.py's 0.01), a lower peak lr (1.4e-3 lost 1.5), less noise; the
-    # three best of seeds 0-2 again on two more pre-training seeds (the same systems: a replication)
+    # two best of seeds 0-2 and the plain recipe again on two more pre-training seeds (a replication)
     "pmlm/ft lr 1e-3 noise 0.2 lp 1.5": gigaword(lr=1e-3, target_noise_prob=0.2, seeds=SEEDS5),
     "pmlm/ft lr 1e-3 noise 0.2 lp 1.5 dropout 0.2": gigaword(lr=1e-3, target_noise_prob=0.2, dropout=0.2,
                                                             seeds=SEEDS5),
