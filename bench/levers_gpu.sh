@@ -29,9 +29,12 @@ studies() {
   picked=$(tr ';' '\n' <<< "$VARIANTS" | grep -E "^($(tr ' ' '|' <<< "$1"))=" | sed "s/\$/${3:+ $3}/" | paste -sd ';')
   GPUS=${GPUS:-$(wc -w <<< "$1")} PER_GPU=8 LIMIT=${LIMIT:-$2} VARIANTS="$picked" bash bench/study_variants_gpu.sh
 }
-# pmlm's own pre-training, a seed a GPU (--only_seed): VARIANTS pmlm0, pmlm1, pmlm2 fine-tuned as the systems in $1
+# seed K SYSTEMS [FLAGS]: VARIANT pmlmK, pmlm's pre-training of seed K alone (--only_seed; up to five seeds)
+# fine-tuned as SYSTEMS, FLAGS added
+seed() { VARIANTS+="${VARIANTS:+;}pmlm$1=--seeds 5 --only_seed $1 --only '$2'${3:+ $3}"; }
+# pmlm's own pre-training, a seed a GPU: VARIANTS pmlm0, pmlm1, pmlm2 fine-tuned as the systems in $1
 pmlm_seeds() {
-  for k in 0 1 2; do VARIANTS+="${VARIANTS:+;}pmlm$k=--seeds 3 --only_seed $k --only '$1'"; done
+  for k in 0 1 2; do seed $k "$1"; done
 }
 if [ "${1:-1}" -ge 5 ] 2>/dev/null; then
   # the twentieth session's three calls, ONE GPU each (no 4-GPU machine was lent): Gigaword only, pmlm's
@@ -42,12 +45,11 @@ if [ "${1:-1}" -ge 5 ] 2>/dev/null; then
   # decay. Every checkpoint decoded at 0.6, 1.0 and 2.0 too
   P="pmlm/ft lr 1e-3 noise 0.2 lp 1.5"; L="pmlm/ft lr 7e-4 noise 0.2 lp 1.5"; W="$P weight decay 0.1"
   N="pmlm/ft lr 1e-3 noise 0.1 lp 1.5"; F="--tasks gigaword --lp_sweep 0.6,1.0,2.0"
-  seed() { VARIANTS+="${VARIANTS:+;}pmlm$1=--seeds 5 --only_seed $1 --only '$2' $F"; }
   VARIANTS=""
   case $1 in
-    5) seed 0 "$P,$P dropout 0.2,$P smoothing 0.2,$L"; seed 1 "$P,$P dropout 0.2,$P smoothing 0.2,$L" ;;
-    6) seed 2 "$P,$P dropout 0.2,$P smoothing 0.2,$L,$W,$N"; seed 0 "$W,$N" ;;
-    7) seed 3 "$P,$P dropout 0.2,$L"; seed 4 "$P,$P dropout 0.2,$L"; seed 1 "$W" ;;
+    5) seed 0 "$P,$P dropout 0.2,$P smoothing 0.2,$L" "$F"; seed 1 "$P,$P dropout 0.2,$P smoothing 0.2,$L" "$F" ;;
+    6) seed 2 "$P,$P dropout 0.2,$P smoothing 0.2,$L,$W,$N" "$F"; seed 0 "$W,$N" "$F" ;;
+    7) seed 3 "$P,$P dropout 0.2,$L" "$F"; seed 4 "$P,$P dropout 0.2,$L" "$F"; seed 1 "$W" "$F" ;;
     *) echo "levers_gpu.sh: no call $1 (1-7)" >&2; exit 2 ;;
   esac
   GPUS=1 PER_GPU=8 LIMIT=${LIMIT:-8.8} VARIANTS="$VARIANTS" bash bench/study_variants_gpu.sh

@@ -154,16 +154,16 @@ def system(objective, control=False, pre=None, ft=None, ft_task=None, pretrained
                 seeds=seeds, lp=lp or {}, recipe=recipe, tasks=tasks)
 
 
-def recipe(lp=None, seeds=(0,), **ft):
-    """pmlm/AE only's pre-training, fine-tuned or decoded otherwise (seed 0 unless seeds say)."""
-    return system("pmlm", ft=ft, lp=lp, pretrained_as="pmlm/AE only", ablation_of="pmlm/AE only",
-                  seeds=seeds, recipe=True)
+def recipe(lp=None, seeds=(0,), base="pmlm/AE only", tasks=None, **ft):
+    """base's pre-training (pmlm/AE only's unless said), fine-tuned or decoded otherwise (seed 0 unless
+    seeds say)."""
+    return system("pmlm", ft=ft, lp=lp, pretrained_as=base, ablation_of=base, seeds=seeds, recipe=True,
+                  tasks=tasks)
 
 
 def pmlm_recipe(lp=None, seeds=(0, 1, 2), tasks=None, **ft):
     """pmlm's own pre-training, fine-tuned or decoded otherwise (three seeds unless seeds say)."""
-    return system("pmlm", ft=ft, lp=lp, pretrained_as="pmlm", ablation_of="pmlm", seeds=seeds, recipe=True,
-                  tasks=tasks)
+    return recipe(lp, seeds, base="pmlm", tasks=tasks, **ft)
 
 
 def gigaword(seeds=(0, 1, 2), **ft):
@@ -988,10 +988,15 @@ def scored(cells):
     return [c for c in cells.values() if not c.get("diverged")]
 
 
+def runs(cells, name, task):
+    """The scored cells of a system on a task (one a seed)."""
+    return [c for c in scored(cells) if c["system"] == name and c["task"] == task]
+
+
 def summary(cells, name, task, metric):
     """(mean, std, (low, high), n) over the seeds of a system on a task; the 95% interval is
     Student's t over the seeds, or the bootstrap interval of the one run when there is one seed."""
-    rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task]
+    rows = runs(cells, name, task)
     values = [c["scores"][metric]["f"] for c in rows]
     if not values:
         return None
@@ -1010,8 +1015,8 @@ def length_sweep(cells, name, task):
     main metric; {} where none was."""
     metric = TASKS[task]["main"]
     by_lp = {}
-    for c in scored(cells):
-        if c["system"] != name or c["task"] != task or "lp_sweep" not in c["decode"]:
+    for c in runs(cells, name, task):
+        if "lp_sweep" not in c["decode"]:
             continue
         sweep = dict(c["decode"]["lp_sweep"])
         used = sweep.pop("used")
@@ -1090,8 +1095,7 @@ def report(cells, tasks, names, folder="bench/study/cells"):
     lines += ["## Sample outputs (seed 0, the first three held-out sources)", ""]
     for name in names:
         for task in tasks:
-            cell = next((c for c in scored(cells) if c["system"] == name and c["task"] == task
-                         and c["seed"] == 0), None)
+            cell = next((c for c in runs(cells, name, task) if c["seed"] == 0), None)
             if cell:
                 lines += [f"**{name}, {task}**", ""]
                 lines += [f"- source: {e['source'][:200]}<br>reference: {e['reference']}<br>"
@@ -1109,7 +1113,7 @@ def task_table(cells, task, names):
                "fine-tune + decode (min) | FLOPs: pre-train + fine-tune | words from the source |",
              "|---" * (len(metrics) + 7) + "|"]
     for name in [n for n in names if on_task(n, task)]:
-        rows = [c for c in scored(cells) if c["system"] == name and c["task"] == task]
+        rows = runs(cells, name, task)
         diverged = ran(cells, name, task) - len(rows)
         seeds = f"{len(rows)}" + (f" ({diverged} more diverged)" if diverged else "")
         if not rows:
@@ -1259,8 +1263,7 @@ def copying(cells, name, task):
     """(mean, std) over seeds of the share of a system's decoded words found in their source, and the
     references' share: the cells' decode.copied. None where no cell has it (cells from before the
     twelfth session did not measure it)."""
-    rows = [c["decode"]["copied"] for c in scored(cells) if c["system"] == name and c["task"] == task
-            and "copied" in c["decode"]]
+    rows = [c["decode"]["copied"] for c in runs(cells, name, task) if "copied" in c["decode"]]
     if not rows:
         return None
     outputs = [r["outputs"] for r in rows]
@@ -1348,8 +1351,7 @@ def plot_noise(ax, cells, task):
     for base, (marker, style, colour) in NOISE_BASES.items():
         means = []
         for rate, name in noise_sweep(base).items():
-            values = [c["scores"][metric]["f"] for c in scored(cells)
-                      if c["system"] == name and c["task"] == task]
+            values = list(by_seed(cells, name, task).values())
             if values:
                 ax.plot([rate] * len(values), values, marker, color=colour, alpha=0.5, markersize=4)
                 means.append((rate, statistics.mean(values), len(values)))
@@ -1400,8 +1402,7 @@ def plot_length(ax, cells, task, names):
 def by_seed(cells, name, task):
     """{seed: score in the task's main metric} of a system on a task."""
     metric = TASKS[task]["main"]
-    return {c["seed"]: c["scores"][metric]["f"] for c in scored(cells)
-            if c["system"] == name and c["task"] == task}
+    return {c["seed"]: c["scores"][metric]["f"] for c in runs(cells, name, task)}
 
 
 def paired(cells, base, name, task):
