@@ -8,7 +8,9 @@ of model.ModelConfig and of the chosen objective's options (objectives/__init__.
 An unknown key or a value out of range is a UsageError: one line, exit status 2.
 Left out: configuration files (a shell script of flags does that job) and nested settings.
 """
+import difflib
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -50,12 +52,21 @@ class TrainConfig:
     label_smoothing: float = setting(-1.0, "-1 = 0.1 fine-tuning (the papers'), 0 pre-training")
     eval_interval: int = setting(200, "evaluate on the held-out split every this many steps")
     eval_batches: int = setting(10, "held-out batches per evaluation")
+    eval_decode: int = setting(0, "seq2seq: decode this many held-out sources at each evaluation, "
+                                  "score them, keep the best as best.pt; 0 = off")
+    eval_metric: str = setting("rouge", "--eval_decode's score: rouge (ROUGE-L F) | bleu (BLEU-4)")
+    eval_beam: int = setting(5, "--eval_decode's beam size (1 = greedy)")
+    eval_max_len: int = setting(64, "--eval_decode's longest output, in tokens")
+    eval_length_penalty: float = setting(1.0, "--eval_decode's GNMT length penalty alpha")
     log_interval: int = setting(10, "log (and check for a stop request) every this many steps")
     ckpt_interval: int = setting(200, "write a checkpoint every this many steps")
     seed: int = setting(1337, "seed of the data order, the masking and dropout")
     device: str = setting("auto", "auto | cpu | cuda | cuda:N")
+    dtype: str = setting("auto", "autocast precision: auto (bf16 on cards of compute capability "
+                                 ">= 8.0, fp16 with a loss scaler below, fp32 on a CPU) | bf16 | "
+                                 "fp16 | fp32")
     compile: str = setting("auto", "compile the blocks (fast.speed_up): auto (CUDA) | true | false")
-    # off by default: it slows unilm's loop, which is host-bound (bench/RESULTS.md, sixth session)
+    # off by default: it slows unilm's loop, which is host-bound (bench/RESULTS.md, packing)
     pack: str = setting("false", "pack several passages into each row, no padding wasted "
                                  "(fast.plan_packing): auto (CUDA) | true | false")
     workers: int = setting(-1, "batch-building processes (DataLoader); -1 = 2 on CUDA, 0 on a CPU")
@@ -65,18 +76,19 @@ class TrainConfig:
 
 # a resumed run keeps its settings; these may change without changing what it computes
 SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval",
-                  "eval_batches", "ckpt_interval", "device", "compile", "pack", "workers",
+                  "eval_batches", "ckpt_interval", "device", "dtype", "compile", "pack", "workers",
                   "cache_dir", "progress", "overwrite"}
 SAFE_MODEL_ON_RESUME = {"attn_impl"}
 PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
-# the model shapes a checkpoint fixes
+# the model shapes (and the block layout) a checkpoint fixes
 SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "ffn_dim", "max_position", "n_segment",
-              "rel_pos_buckets", "rel_pos_max_distance")
+              "rel_pos_buckets", "rel_pos_max_distance", "post_ln")
 # the sequence budget of the tiny preset's pre-training: a laptop's
 TINY_SEQ_LEN = 128
 # [SOS] S1 [EOS] S2 [EOS]: seq_len minus these is a passage's budget (data.make_passages)
 PASSAGE_SPECIALS = 3
-# the tiny preset's recipe, measured on a laptop (bench/recipe_sweep.py), where no flag gives one
+# the tiny preset's recipe, measured on a laptop (bench/RESULTS.md, the laptop recipe), where no
+# flag gives one
 RECIPES = {"tiny": dict(vocab_size=4096, lr=1e-3, batch_size=16, max_steps=2200)}
 
 
@@ -140,18 +152,30 @@ def parse_args(argv):
                 out[key] = parse_value(value, defaults[key], key)
                 break
         else:
-            raise UsageError(f"unknown setting --{key} (python train.py --help lists them). "
-                             f"training: {sorted(train_defaults)}; "
-                             f"model: {sorted(model_fields())}; "
-                             f"objective {name!r}: {sorted(option_defaults)}")
+            known = [k for defaults, _ in tables for k in defaults]
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.7)
+            hint = f"did you mean {' or '.join('--' + k for k in close)}? " if close else ""
+            raise UsageError(f"unknown setting --{key}; {hint}(python train.py --objective {name} "
+                             "--help lists every setting)")
     return TrainConfig(**cfg), model_flags, obj_flags, set(raw)
 
 
 def check_settings(cfg):
-    """Every value in range, before anything is read or written: one clear error, never a crash."""
+    """Every value in range, before anything is read or written: one clear error, never a crash.
+    A file that is not there is named first (it explains any error that would follow)."""
+    for key in ("init_from", "vocab"):
+        if getattr(cfg, key) and not os.path.isfile(getattr(cfg, key)):
+            raise UsageError(f"--{key} {getattr(cfg, key)}: no such file")
+    if cfg.data and cfg.task == "seq2seq":
+        try:
+            data.seq2seq_sources(cfg.data)
+        except UsageError as e:                       # a DataError naming the missing file
+            raise UsageError(f"--data {e}") from None
+    elif cfg.data and not os.path.exists(cfg.data):
+        raise UsageError(f"--data {cfg.data}: no such file or folder")
     check_at_least(cfg, batch_size=1, grad_accum=1, max_steps=1, log_interval=1, eval_interval=1,
                    ckpt_interval=1, stop_at=0, eval_batches=0, seq_len=0, time_limit=0,
-                   grad_clip=0, weight_decay=0)
+                   grad_clip=0, weight_decay=0, eval_decode=0, eval_beam=1, eval_max_len=1)
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise UsageError(f"--lr must be a positive number, got {cfg.lr}")
     if cfg.warmup_steps < -1 or not 0 <= cfg.min_lr_frac <= 1 or not 0 <= cfg.beta2 < 1:
@@ -168,6 +192,15 @@ def check_settings(cfg):
     for key in ("compile", "pack"):
         if getattr(cfg, key) not in ("auto", "true", "false"):
             raise UsageError(f"--{key} {getattr(cfg, key)!r}: choose auto, true or false")
+    if cfg.dtype not in ("auto", *M.DTYPES):
+        raise UsageError(f"--dtype {cfg.dtype!r}: choose auto, bf16, fp16 or fp32")
+    if cfg.eval_metric not in ("rouge", "bleu"):
+        raise UsageError(f"--eval_metric {cfg.eval_metric!r}: choose rouge or bleu")
+    if cfg.eval_decode and cfg.task != "seq2seq":
+        raise UsageError("--eval_decode decodes held-out sources: it needs --task seq2seq")
+    if not math.isfinite(cfg.eval_length_penalty):
+        raise UsageError(f"--eval_length_penalty must be a finite number, "
+                         f"got {cfg.eval_length_penalty}")
     if cfg.workers < -1:
         raise UsageError(f"--workers must be >= 0 (or -1 = auto), got {cfg.workers}")
     if cfg.resume and cfg.init_from:
@@ -195,7 +228,8 @@ def model_settings(cfg, model_flags, ckpt=None):
 def resolve_defaults(cfg, model_dict, given=(), ckpt=None):
     """The settings whose default depends on the run: the preset's recipe (when fine-tuning, the
     checkpoint's preset), seq_len, label_smoothing; stored resolved, so a resumed run is exact."""
-    preset = (ckpt or {}).get("train_config", {}).get("preset") or cfg.preset
+    # a checkpoint of no preset's shape (convert.py from-hf writes preset "") takes no recipe
+    preset = (ckpt or {}).get("train_config", {}).get("preset", cfg.preset)
     if not cfg.resume:
         for key, value in RECIPES.get(preset, {}).items():
             if key not in given:
@@ -252,10 +286,12 @@ def start_point(cfg, model_flags, obj_flags, given, world=1):
         if not path.exists():
             raise UsageError(f"--resume: no checkpoint {path} to continue (is --out_dir right?)")
         ckpt = read_checkpoint(path)
-        if len(ckpt["data_state"]) != world:
-            raise UsageError(f"the run was trained on {len(ckpt['data_state'])} process(es); "
-                             "resume it on as many")
+        if "optimizer" not in ckpt or "data_state" not in ckpt:
+            raise UsageError(f"{path} holds no resume state (a checkpoint for sharing: convert.py "
+                             "strip); start a new run from its weights with --init_from")
         cfg, obj_opts = restore_settings(ckpt, cfg, model_flags, obj_flags, given, path)
+        # data_state: one entry a process of the run so far
+        cfg.grad_accum = shards_per_process(cfg, len(ckpt["data_state"]), world)
         return ckpt, cfg, obj_opts
     if (out_dir / "ckpt.pt").exists() and not cfg.overwrite:
         raise UsageError(f"{out_dir} holds the checkpoint of an earlier run: continue it with "
@@ -272,6 +308,20 @@ def start_point(cfg, model_flags, obj_flags, given, world=1):
                          f"vocabulary has {len(ckpt['vocab'])} tokens and fine-tuning keeps it; "
                          "drop --vocab_size")
     return ckpt, cfg, dict(obj_flags)
+
+
+def shards_per_process(cfg, trained_on, world):
+    """A run resumed on `world` processes, having run on `trained_on`, keeps every step's
+    grad_accum * trained_on shards of --batch_size examples (data.StepBatches), now an equal share
+    of them a process: -> its new grad_accum. A UsageError where `world` does not divide them."""
+    shards = cfg.grad_accum * trained_on
+    if shards % world:
+        fits = " or ".join(str(w) for w in range(1, shards + 1) if shards % w == 0)
+        raise UsageError(f"each step of this run is {shards} batch(es) of --batch_size "
+                         f"{cfg.batch_size} (--grad_accum {cfg.grad_accum} on {trained_on} "
+                         f"process(es)), which {world} processes cannot share equally: resume it "
+                         f"on {fits} process(es)")
+    return shards // world
 
 
 def starting_tokenizer(cfg, ckpt):
@@ -292,7 +342,8 @@ def check_compatible(ckpt, model_cfg, tok, path):
                  if diff is not None else "")
         raise UsageError(f"{path}: its vocabulary ({len(ckpt['vocab'])} tokens) differs from "
                          f"this run's ({len(tok.vocab)} tokens){where}")
-    theirs = ckpt["model_config"]
+    # a checkpoint written before a setting existed has that setting's default (post_ln: pre-LN)
+    theirs = {**model_fields(), **ckpt["model_config"]}
     ours = model_cfg.to_dict()
     diffs = [f"{k}: checkpoint {theirs.get(k)} vs now {ours[k]}" for k in SHAPE_KEYS
              if theirs.get(k) != ours[k]]
@@ -308,8 +359,10 @@ def resume_command(cfg, world):
 
 def next_command(cfg):
     """What to try after a run: fine-tune a pre-trained model, or generate with a fine-tuned one on
-    the held-out sources of the data it was fine-tuned on."""
+    the held-out sources of the data it was fine-tuned on (best.pt where --eval_decode kept one)."""
     ckpt = out_dir_of(cfg) / "ckpt.pt"
+    if cfg.task == "seq2seq" and (out_dir_of(cfg) / "best.pt").exists():
+        ckpt = out_dir_of(cfg) / "best.pt"
     if cfg.task == "pretrain":
         return (f"python train.py --objective {cfg.objective} --task seq2seq "
                 f"--init_from {ckpt} --max_steps 1000")

@@ -5,16 +5,24 @@ A pre-training example is one passage of a document, a list of sentences of toke
 example is (src_ids, tgt_ids); no special tokens are added here. The embedded default corpus is
 the English prose CPython ships (pydoc topics, stdlib docstrings), its seq2seq task a docstring's
 body -> its summary line (prepare_pretrain() and prepare_seq2seq(None, tok), cached in .cache/).
-Left out: corpora larger than memory, a trained sentence splitter, any download.
+A pre-training corpus streams: read a line at a time, tokenized on every core into arrays of token
+ids that training reads memory-mapped, so a corpus larger than memory trains in a bounded footprint.
+Left out: seq2seq data larger than memory (read whole), a trained sentence splitter, any download.
 """
+import array
 import ast
+import collections
+import collections.abc
 import functools
 import hashlib
 import inspect
+import itertools
 import json
+import multiprocessing
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import sysconfig
@@ -208,26 +216,72 @@ def _read_text(path) -> str:
     return text.replace("\r\n", "\n")
 
 
-def read_documents(path, one_per_line=False) -> list[Document]:
-    """Documents ("file#index") from a .txt file or a folder (every *.txt below it, sorted): a
-    blank line separates documents; with one_per_line=True every non-empty line is one."""
+def _text_files(path) -> list[tuple[Path, str]]:
+    """(file, its name relative to path) of a .txt file, or of every *.txt below a folder."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.rglob("*.txt"))
         if not files:
             raise DataError(f"{path}: folder holds no *.txt files")
-    elif path.exists():
-        files = [path]
-    else:
-        raise DataError(f"{path}: no such file or directory")
-    docs = []
-    for f in files:
-        text = _read_text(f)
-        chunks = split_lines(text) if one_per_line else _PARAGRAPH.split(text)
-        rel = f.relative_to(path).as_posix() if f != path else f.name
-        non_blank = (c for c in chunks if c.strip())
-        docs += [Document(f"{rel}#{i}", c.strip()) for i, c in enumerate(non_blank)]
-    return docs
+        return [(f, f.relative_to(path).as_posix()) for f in files]
+    if path.exists():
+        return [(path, path.name)]
+    raise DataError(f"{path}: no such file or directory")
+
+
+def _file_lines(path):
+    """A UTF-8 file's lines, read one at a time (split_lines' rule, a BOM dropped), with
+    utils.read_text's errors: a binary file, bytes that are not UTF-8 (byte offset and line)."""
+    with open(path, "rb") as f:
+        head = f.read(65536)
+        # UTF-16 and most binary formats are full of NUL bytes; UTF-8 text has none or a stray few
+        if head.count(0) > 0.3 * len(head):
+            raise DataError(f"{path}: looks like a binary (or UTF-16) file, not UTF-8 text")
+        f.seek(0)
+        offset = 0
+        # bytes split at b"\n": a UTF-8 character never contains that byte
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}: not UTF-8 at byte offset {offset + e.start} (line {n}): "
+                                f"{e.reason}") from None
+            offset += len(raw)
+            if n == 1:
+                line = line.removeprefix("\ufeff")
+            yield line.removesuffix("\n").removesuffix("\r")
+
+
+def _file_documents(path, name, one_per_line=False):
+    """The documents ("name#index") of one file, streamed: a blank line ends a document, or with
+    one_per_line every non-empty line is one."""
+    index = 0
+    lines = []
+    # a blank line after the last one closes the last document
+    for line in itertools.chain(_file_lines(path), [""]):
+        if line.strip() and not one_per_line:
+            lines.append(line)
+            continue
+        text = (line if one_per_line else "\n".join(lines)).strip()
+        lines = []
+        if text:
+            yield Document(f"{name}#{index}", text)
+            index += 1
+    if index == 0:
+        raise DataError(f"{path}: file is empty")
+
+
+def iter_documents(path, one_per_line=False):
+    """Documents ("file#index") of a .txt file or a folder (every *.txt below it, sorted), read a
+    line at a time: a blank line separates documents; with one_per_line=True every non-empty line is
+    one. A corpus larger than memory streams through it."""
+    for f, name in _text_files(path):
+        yield from _file_documents(f, name, one_per_line)
+
+
+def read_documents(path, one_per_line=False) -> list[Document]:
+    """iter_documents' documents as a list."""
+    return list(iter_documents(path, one_per_line))
 
 
 # A parallel pair is two files named by one of these patterns around a common part X.
@@ -315,92 +369,325 @@ def _id_dtype(tokenizer):
     return np.uint16 if len(tokenizer) <= 2**16 else np.uint32
 
 
-def _tokenize_documents(docs, tokenizer, progress, desc):
-    """-> (sentences: list of id lists, doc_offsets): document d is sentences[off[d]:off[d + 1]]."""
-    sentences = []
-    doc_offsets = [0]
-    for doc in tqdm(docs, desc=desc, disable=not progress, unit="doc"):
-        sentences += [ids for ids in map(tokenizer.encode, split_sentences(doc.text)) if ids]
-        doc_offsets.append(len(sentences))
-    return sentences, np.array(doc_offsets, dtype=np.int64)
+class _ArrayWriter:
+    """A 1-d .npy file written in pieces, so that no array of the corpus's size is ever in memory:
+    the pieces go to a temporary raw file; close() writes the header, then the raw bytes, atomically
+    (the same bytes np.save writes)."""
+
+    def __init__(self, path, dtype):
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.n = 0
+        self.raw = open(self.path.with_name(f"{self.path.name}.{os.getpid()}.raw.tmp"), "wb")
+
+    def append(self, values):
+        values = np.asarray(values, dtype=self.dtype)
+        self.raw.write(values.tobytes())
+        self.n += len(values)
+
+    def close(self):
+        self.raw.close()
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                  "shape": (self.n,)}
+
+        def write(f):
+            np.lib.format.write_array_header_1_0(f, header)
+            with open(self.raw.name, "rb") as raw:
+                shutil.copyfileobj(raw, f, 1 << 24)
+        atomic_write(self.path, write)
+        self.discard()
+
+    def discard(self):
+        """Remove the raw file (after close, or when the build fails half-way)."""
+        self.raw.close()
+        Path(self.raw.name).unlink(missing_ok=True)
 
 
-def _split_documents(docs, valid_frac, label):
-    """Train/valid by a stable hash of each document's name; never an empty valid split."""
+class Corpus(NamedTuple):
+    documents: object  # () -> a fresh pass over the documents, in order
+    key: str           # the cache key: what the documents are made of, valid_frac, _VERSION
+    label: str         # how messages name it
+    size: int          # the progress bar's total: characters (a list of documents) or bytes (files)
+
+
+def _corpus(data, valid_frac, one_per_line, cache_dir) -> Corpus:
+    """data: None (the embedded corpus), a list of Documents (both keyed by their documents), or a
+    path, read a line at a time at every pass and keyed by its files' names and bytes."""
+    if data is None or not isinstance(data, (str, os.PathLike)):
+        docs = default_documents(cache_dir) if data is None else list(data)
+        key = _sha1(_VERSION, valid_frac, *(p for d in docs for p in d))
+        label = "the embedded corpus" if data is None else "the given documents"
+        return Corpus(lambda: iter(docs), key, label, sum(len(d.text) for d in docs))
+    files = _text_files(data)
+    digests = []
+    for f, name in files:
+        with open(f, "rb") as opened:
+            digests += [name, hashlib.file_digest(opened, "sha1").hexdigest()]
+    key = _sha1(_VERSION, valid_frac, one_per_line, *digests)
+    return Corpus(lambda: iter_documents(data, one_per_line), key, str(data),
+                  sum(f.stat().st_size for f, _ in files))
+
+
+def _held_out(documents, valid_frac, label):
+    """-> is_valid(name): the validation split, by a stable hash of each document's name, never
+    empty (if no name falls below valid_frac, the one of the smallest hash). documents: one pass,
+    read up to the first held-out document, so only a small corpus is read to its end."""
     if not 0 <= valid_frac < 1:
         raise ValueError(f"valid_frac must be in [0, 1), got {valid_frac}")
-    valid = [d for d in docs if _bucket(d.name) < valid_frac]
-    if valid_frac > 0 and not valid:
-        if len(docs) < 2:
-            raise DataError(f"{label}: only {len(docs)} document(s), too few to hold out a "
-                            "validation split (a blank line separates documents; for a file with "
-                            "one document a line, add --one_document_per_line)")
-        valid = [min(docs, key=lambda d: _bucket(d.name))]
-    names = {d.name for d in valid}
-    return [d for d in docs if d.name not in names], valid
+    if valid_frac == 0:
+        return lambda name: False
+    count = 0
+    smallest = None
+    for doc in documents:
+        if _bucket(doc.name) < valid_frac:
+            return lambda name: _bucket(name) < valid_frac
+        count += 1
+        if smallest is None or _bucket(doc.name) < _bucket(smallest):
+            smallest = doc.name
+    if count < 2:
+        raise DataError(f"{label}: only {count} document(s), too few to hold out a "
+                        "validation split (a blank line separates documents; for a file with "
+                        "one document a line, add --one_document_per_line)")
+    return lambda name: name == smallest
 
 
-def _vocabulary(train_docs, vocab_size, cache_dir, corpus_key, progress):
+def _vocabulary(corpus, is_valid, vocab_size, cache_dir, progress):
     """Train a WordPiece on the training documents, or load the one trained on the same corpus."""
     from tokenizer import WordPiece
-    key = _sha1(corpus_key, _code_key(WordPiece))[:12]
+    key = _sha1(corpus.key, _code_key(WordPiece))[:12]
     path = Path(cache_dir) / f"vocab-{key}-{vocab_size}.txt"
     if path.exists():
         return WordPiece.from_file(path, lowercase=True), "hit"
     if progress:
-        print(f"training a {vocab_size}-token WordPiece on {len(train_docs)} documents...")
-    tok = WordPiece.train([d.text for d in train_docs], vocab_size, lowercase=True, min_frequency=2,
-                          progress=progress)
+        print(f"training a {vocab_size}-token WordPiece on the training split of {corpus.label}...")
+    texts = (d.text for d in corpus.documents() if not is_valid(d.name))
+    tok = WordPiece.train(texts, vocab_size, lowercase=True, min_frequency=2, progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     tok.save(path)  # atomic (temp file + os.replace)
     return tok, "trained"
 
 
+# about 1 MB of documents a job for a tokenizing process: the hand-over costs little beside it
+_JOB_CHARS = 1 << 20
+# a tokenizing process's tokenizer and id dtype (_start_tokenizer)
+_WORKER = {}
+
+
+def _jobs(documents, is_valid):
+    """(split, texts): the documents in order, in jobs of about _JOB_CHARS characters a split."""
+    texts = {"train": [], "valid": []}
+    chars = {"train": 0, "valid": 0}
+    for doc in documents:
+        split = "valid" if is_valid(doc.name) else "train"
+        texts[split].append(doc.text)
+        chars[split] += len(doc.text)
+        if chars[split] >= _JOB_CHARS:
+            yield split, texts[split]
+            texts[split] = []
+            chars[split] = 0
+    for split in texts:
+        if texts[split]:
+            yield split, texts[split]
+
+
+def _start_tokenizer(tokenizer, dtype):
+    _WORKER.update(tokenizer=tokenizer, dtype=dtype)
+
+
+def _tokenize_texts(texts):
+    """One job: -> (the token ids, each sentence's length, each document's count of sentences)."""
+    encode = _WORKER["tokenizer"].encode
+    ids = []
+    lengths = []
+    counts = []
+    for text in texts:
+        # a sentence of only control characters tokenizes to nothing: dropped
+        sentences = [s for s in map(encode, split_sentences(text)) if s]
+        for s in sentences:
+            ids += s
+        lengths += map(len, sentences)
+        counts.append(len(sentences))
+    return np.array(ids, _WORKER["dtype"]), np.array(lengths, np.int64), np.array(counts, np.int64)
+
+
+def _tokenized(jobs, tokenizer, dtype, processes):
+    """(split, characters, _tokenize_texts' arrays) of every job, in order, from a pool of
+    processes; two jobs a process are read ahead, no more (Pool.imap would queue the whole
+    corpus)."""
+    with multiprocessing.Pool(processes, _start_tokenizer, (tokenizer, dtype)) as pool:
+        pending = collections.deque()
+        for split, texts in jobs:
+            chars = sum(map(len, texts))
+            pending.append((split, chars, pool.apply_async(_tokenize_texts, (texts,))))
+            if len(pending) > 2 * processes:
+                split, chars, result = pending.popleft()
+                yield split, chars, result.get()
+        for split, chars, result in pending:
+            yield split, chars, result.get()
+
+
+def _tokenize_corpus(folder, corpus, is_valid, tokenizer, progress):
+    """Every document's sentences, tokenized on every core, into each split's three arrays: tokens,
+    sent_offsets (sentence i is tokens[s[i]:s[i + 1]]), doc_offsets (document d is sentences
+    d[d]..d[d + 1] - 1). The text streams through: it is read once, and never held whole."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dtype = _id_dtype(tokenizer)
+    writers = {f"{split}.{name}": _ArrayWriter(folder / f"{split}.{name}.npy", t)
+               for split in ("train", "valid")
+               for name, t in (("tokens", dtype), ("sent_offsets", np.int64),
+                               ("doc_offsets", np.int64))}
+    bar = tqdm(total=corpus.size, desc="tokenizing", unit="B", unit_scale=True,
+               disable=not progress)
+    try:
+        for split in ("train", "valid"):
+            writers[f"{split}.sent_offsets"].append([0])
+            writers[f"{split}.doc_offsets"].append([0])
+        # every core this process may run on
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        for split, chars, (ids, lengths, counts) in _tokenized(
+                _jobs(corpus.documents(), is_valid), tokenizer, dtype, cores):
+            tokens, sentences, docs = (writers[f"{split}.{name}"]
+                                       for name in ("tokens", "sent_offsets", "doc_offsets"))
+            # the offsets go on from the split's counts so far (the offset arrays start with 0)
+            docs.append(sentences.n - 1 + np.cumsum(counts))
+            sentences.append(tokens.n + np.cumsum(lengths))
+            tokens.append(ids)
+            bar.update(chars)
+        for w in writers.values():
+            w.close()
+    finally:
+        bar.close()
+        for w in writers.values():
+            w.discard()
+
+
+# ----------------------------------------------------------------------- passages, memory-mapped
+def _pack(sent_offsets, doc_offsets, max_tokens, pieces, passages):
+    """make_passages over every document, from the sentence offsets alone: appends to `pieces` where
+    each piece (a sentence, or a max_tokens cut of a longer one) ends, to `passages` the number of
+    each passage's first piece, then the count of pieces."""
+    n_pieces = 0
+    # documents by blocks: the offsets come off the disk a block at a time
+    for d0 in range(0, len(doc_offsets) - 1, 4096):
+        docs = doc_offsets[d0:d0 + 4097].tolist()
+        # sentence i of the block (counted from its first): tokens bounds[i] .. bounds[i + 1]
+        first = docs[0]
+        bounds = sent_offsets[first:docs[-1] + 1].tolist()
+        piece_ends = []
+        firsts = []
+        for a, b in zip(docs, docs[1:]):
+            # a document's first piece opens a passage (used: as if the last one were full)
+            used = max_tokens
+            for i in range(a - first, b - first):
+                end = bounds[i + 1]
+                for cut in range(bounds[i], end, max_tokens):
+                    size = min(max_tokens, end - cut)
+                    # greedy: close the passage before it overflows
+                    if used + size > max_tokens:
+                        firsts.append(n_pieces)
+                        used = 0
+                    piece_ends.append(cut + size)
+                    n_pieces += 1
+                    used += size
+        pieces.append(piece_ends)
+        passages.append(firsts)
+    passages.append([n_pieces])
+
+
+def _passage_index(folder, split, max_tokens):
+    """The split's packing into passages of max_tokens, made once from its sentence offsets and kept
+    beside the tokens: a new budget packs anew, it never re-tokenizes."""
+    paths = [folder / f"{split}.{name}-{max_tokens}.npy" for name in ("pieces", "passages")]
+    if all(p.exists() for p in paths):
+        return
+    pieces, passages = (_ArrayWriter(p, np.int64) for p in paths)
+    try:
+        # the pieces tile the tokens: piece k is tokens[pieces[k]:pieces[k + 1]]
+        pieces.append([0])
+        _pack(np.load(folder / f"{split}.sent_offsets.npy", mmap_mode="r"),
+              np.load(folder / f"{split}.doc_offsets.npy", mmap_mode="r"), max_tokens, pieces,
+              passages)
+        pieces.close()
+        passages.close()
+    finally:
+        pieces.discard()
+        passages.discard()
+
+
+class Passages(collections.abc.Sequence):
+    """A split's passages (make_passages'), read from the cache's memory-mapped arrays: passage i,
+    a list of sentences of token ids, is made when asked for. Memory does not grow with the corpus,
+    and DataLoader workers share the pages (the operating system's file cache)."""
+
+    # the pages a map has touched count in the process's RSS (though the file cache holds them, and
+    # gives them back under pressure): a fresh map every REMAP passages keeps that count small
+    REMAP = 256
+
+    def __init__(self, folder, split, max_tokens):
+        self.where = (folder, split, max_tokens)
+        _passage_index(Path(folder), split, max_tokens)
+        self.map_files()
+
+    def map_files(self):
+        folder, split, max_tokens = self.where
+        self.tokens = np.load(Path(folder) / f"{split}.tokens.npy", mmap_mode="r")
+        # passage i is pieces first[i] .. first[i + 1] - 1
+        self.pieces = np.load(Path(folder) / f"{split}.pieces-{max_tokens}.npy", mmap_mode="r")
+        self.first = np.load(Path(folder) / f"{split}.passages-{max_tokens}.npy", mmap_mode="r")
+        self.reads = 0
+
+    def __len__(self):
+        return len(self.first) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        # a negative index counts from the end; one past it is an IndexError
+        i = range(len(self))[i]
+        self.reads += 1
+        if self.reads > self.REMAP:
+            self.map_files()
+        cuts = self.pieces[self.first[i]:self.first[i + 1] + 1].tolist()
+        ids = self.tokens[cuts[0]:cuts[-1]].tolist()
+        return [ids[a - cuts[0]:b - cuts[0]] for a, b in zip(cuts, cuts[1:])]
+
+    def __reduce__(self):
+        # a process it is sent to maps the files itself (a pickle would copy the arrays)
+        return Passages, self.where
+
+    def __repr__(self):
+        return f"Passages({len(self):,} passages of {self.where[1]} in {self.where[0]})"
+
+
 def prepare_pretrain(data=None, vocab_size=8192, cache_dir=".cache", max_tokens=253,
                      valid_frac=0.02, tokenizer=None, progress=True, one_per_line=False):
-    """-> (tokenizer, {"train": passages, "valid": passages}, info). data: None (the embedded
-    corpus), a path for read_documents, or a list of Documents. Without a tokenizer a WordPiece is
-    trained on the train split (docs/data.md, "Passages and pre-training data")."""
-    if data is None:
-        docs = default_documents(cache_dir)
-        label = "the embedded corpus"
-    elif isinstance(data, (str, os.PathLike)):
-        docs = read_documents(data, one_per_line)
-        label = str(data)
-    else:
-        docs = list(data)
-        label = "the given documents"
-    corpus_key = _sha1(_VERSION, valid_frac, *(p for d in docs for p in d))
-    train_docs, valid_docs = _split_documents(docs, valid_frac, label)
+    """-> (tokenizer, {"train": Passages, "valid": Passages}, info). data: None (the embedded
+    corpus), a path for iter_documents (streamed), or a list of Documents. Without a tokenizer a
+    WordPiece is trained on the train split. The tokens are cached once and read memory-mapped
+    (docs/data.md, "Passages and pre-training data")."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    corpus = _corpus(data, valid_frac, one_per_line, cache_dir)
+    is_valid = _held_out(corpus.documents(), valid_frac, corpus.label)
     vocab_status = "given"
     if tokenizer is None:
-        tokenizer, vocab_status = _vocabulary(train_docs, vocab_size, cache_dir, corpus_key,
-                                              progress)
+        tokenizer, vocab_status = _vocabulary(corpus, is_valid, vocab_size, cache_dir, progress)
     tok_key = _sha1(tokenizer.fingerprint(), _code_key(type(tokenizer)))
-    folder = Path(cache_dir) / f"pretrain-{_sha1(corpus_key, tok_key)[:16]}"
+    folder = Path(cache_dir) / f"pretrain-{_sha1(corpus.key, tok_key)[:16]}"
     hit = (folder / "meta.json").exists()
     if not hit:
-        arrays = {}
-        for split, split_docs in (("train", train_docs), ("valid", valid_docs)):
-            sentences, arrays[f"{split}.doc_offsets"] = _tokenize_documents(
-                split_docs, tokenizer, progress, f"tokenizing {split}")
-            arrays[f"{split}.tokens"], arrays[f"{split}.sent_offsets"] = _ragged(
-                sentences, _id_dtype(tokenizer))
-        _save_arrays(folder, arrays, {"corpus": label, "version": _VERSION})
-    splits = {}
+        _tokenize_corpus(folder, corpus, is_valid, tokenizer, progress)
+        # last: marks complete
+        meta = {"corpus": corpus.label, "version": _VERSION}
+        atomic_write(folder / "meta.json", json.dumps(meta))
+    splits = {split: Passages(folder, split, max_tokens) for split in ("train", "valid")}
     info = {"cache": "hit" if hit else "rebuilt", "vocab": vocab_status, "cache_path": str(folder),
             "documents": {}, "sentences": {}, "tokens": {}, "passages": {}}
-    for split in ("train", "valid"):
-        arr = {k: np.load(folder / f"{split}.{k}.npy")
-               for k in ("tokens", "sent_offsets", "doc_offsets")}
-        sentences = _unragged(arr["tokens"], arr["sent_offsets"])
-        doc_off = arr["doc_offsets"].tolist()
-        splits[split] = [p for a, b in zip(doc_off[:-1], doc_off[1:])
-                         for p in make_passages(sentences[a:b], max_tokens)]
-        info["documents"][split] = len(doc_off) - 1
-        info["sentences"][split] = len(sentences)
-        info["tokens"][split] = len(arr["tokens"])
-        info["passages"][split] = len(splits[split])
+    for split, passages in splits.items():
+        for key, name in (("documents", "doc_offsets"), ("sentences", "sent_offsets")):
+            info[key][split] = len(np.load(folder / f"{split}.{name}.npy", mmap_mode="r")) - 1
+        info["tokens"][split] = len(passages.tokens)
+        info["passages"][split] = len(passages)
     return tokenizer, splits, info
 
 
@@ -473,14 +760,17 @@ def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=T
         yield [examples[i] for i in mine[b * batch_size:(b + 1) * batch_size]]
 
 
-@functools.lru_cache(maxsize=4)
+# two epochs: a step may straddle their boundary
+@functools.lru_cache(maxsize=2)
 def _rank_order(n, seed, epoch, rank, world_size, drop_last):
     """This rank's example indices for one epoch: every world_size-th of the shared shuffle."""
-    order = list(range(n))
+    # 8 bytes an example (a list of Python ints takes about 36): the one array as long as the corpus
+    order = array.array("q", range(n))
     random.Random(f"batches:{seed}:{epoch}").shuffle(order)
     per_rank = _per_rank(n, world_size, drop_last)
-    # i % n: wrap to pad
-    return [order[i % n] for i in range(rank, per_rank * world_size, world_size)]
+    # % n: wrap to pad
+    mine = np.arange(rank, per_rank * world_size, world_size) % n
+    return np.frombuffer(order, dtype=np.int64)[mine]
 
 
 def batch_at(examples, batch_size, seed, index, rank=0, world_size=1, drop_last=True):
@@ -507,9 +797,14 @@ def num_batches(n_examples, batch_size, world_size=1, drop_last=True) -> int:
 
 # ---------------------------------------------------------------- train.py's stream of step batches
 class StepBatches(torch.utils.data.IterableDataset):
-    """Every training step's micro-batches (grad_accum objectives.Batch), built on the CPU by the
-    objective, as (step, batches, the objective's count of skipped examples). Step s of rank r
-    gets the same examples and randomness whichever process builds it: a resumed run replays."""
+    """Every training step's micro-batches on this process (grad_accum objectives.Batch), built on
+    the CPU by the objective, as (step, batches, the objective's count of skipped examples).
+
+    A step is grad_accum * world shards of batch_size examples: shard k of step s is batch
+    s * shards + k of the endless stream (batch_at), with randomness of its own, and process `rank`
+    builds shards rank, rank + world, ... as its micro-steps. A shard is the same whichever process
+    builds it: a resumed run replays exactly, and so does one resumed on another number of processes
+    with grad_accum * world unchanged (docs/data.md, "Shards")."""
 
     def __init__(self, objective, examples, batch_size, grad_accum, seed, max_steps, rank=0,
                  world=1, start=0, pack=None):
@@ -517,6 +812,7 @@ class StepBatches(torch.utils.data.IterableDataset):
         self.examples = examples
         self.batch_size = batch_size
         self.grad_accum = grad_accum
+        self.shards = grad_accum * world
         self.seed = seed
         self.max_steps = max_steps
         self.rank = rank
@@ -524,9 +820,9 @@ class StepBatches(torch.utils.data.IterableDataset):
         self.start = start
         # None: one passage a row; else the packing plan, Batch -> Batch (--pack: fast.plan_packing)
         self.pack = pack
-        if num_batches(len(examples), batch_size, world) == 0:
+        if num_batches(len(examples), batch_size) == 0:
             raise UsageError(f"{len(examples)} training examples are too few for --batch_size "
-                             f"{batch_size} on {world} process(es)")
+                             f"{batch_size}")
 
     def __iter__(self):
         worker = torch.utils.data.get_worker_info()
@@ -534,20 +830,26 @@ class StepBatches(torch.utils.data.IterableDataset):
         for step in range(self.start + first, self.max_steps, every):
             yield step, self.build(step), dict(self.objective.skipped)
 
+    def shard(self, step, micro):
+        """The run-wide number of this process's micro-step `micro` of step `step`: its batch in
+        the endless stream (train.py seeds dropout with it too)."""
+        return step * self.shards + micro * self.world + self.rank
+
     def position(self, step):
-        """Where step `step` starts in the data: {"epoch", "index"} (checkpoints record it)."""
-        epoch, index = divmod(step * self.grad_accum,
-                              num_batches(len(self.examples), self.batch_size, self.world))
+        """Where step `step` starts in the data: {"epoch", "index"} of its first shard (checkpoints
+        record it)."""
+        epoch, index = divmod(step * self.shards, num_batches(len(self.examples), self.batch_size))
         return {"epoch": epoch, "index": index}
 
     def build(self, step):
         self.objective.set_step(step, self.max_steps)           # PALM's two stages
         batches = []
         for micro in range(self.grad_accum):
-            index = step * self.grad_accum + micro
-            examples = batch_at(self.examples, self.batch_size, self.seed, index, self.rank,
-                                self.world)
-            rng = random.Random(f"{self.seed}:{self.rank}:{step}:{micro}")
+            shard = self.shard(step, micro)
+            examples = batch_at(self.examples, self.batch_size, self.seed, shard)
+            # seeded by (seed, step, the shard's place in the step) alone, in the words of a single
+            # process (rank 0, micro-step k): the same draws on any number of processes
+            rng = random.Random(f"{self.seed}:0:{step}:{shard % self.shards}")
             batch = self.objective.make_batch(examples, rng)
             if self.pack is not None:
                 # made here on the CPU, in the loader's workers: several passages a row

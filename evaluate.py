@@ -4,7 +4,8 @@
     (Porter 1980, NLTK's default mode: `porter_stem`); corpus BLEU-4 (Papineni et al. 2002) equal
     to sacrebleu 2.6.0's corpus_bleu defaults; distinct-n (Li et al. 2016); bootstrap intervals.
   * Commands rouge, lead, bleu, distinct, perplexity (`python evaluate.py -h`); files hold one text
-    a line; a bad flag or file is one line, `evaluate.py: error: ...`, exit status 2.
+    a line (rouge --sent_sep "<q>": the sentences of a multi-sentence summary, for ROUGE-Lsum);
+    a bad flag or file is one line, `evaluate.py: error: ...`, exit status 2.
 Left out: ROUGE-W/S/SU, multi-reference ROUGE, sacrebleu's other tokenizers and smoothings.
 """
 import argparse
@@ -16,7 +17,8 @@ import re
 
 import numpy as np
 
-from utils import UsageError, check_at_least, exit_with_error, pick_device, read_lines
+from utils import (UsageError, check_at_least, exit_with_error, one_line_warnings, pick_device,
+                   read_lines)
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -426,9 +428,12 @@ def lead(sources, n_words=12):
 def perplexity(model, objective, pairs, batch_size=32, max_tgt=128):
     """exp(mean negative log-likelihood per target token, the final [EOS] counted) of (src_ids,
     tgt_ids) pairs, teacher-forced through generate.py's loop: every objective is scored the way
-    it generates. Targets beyond max_tgt and sources that do not fit are cut."""
+    it generates. Targets beyond max_tgt (at most half the model's positions) and sources that do
+    not fit are cut."""
     from generate import max_source_len, score_targets     # torch is needed only here
     eos = objective.tok.eos_id
+    # a small model (max_position 128) keeps room for a source: [SOS] src [EOS] + target + [EOS]
+    max_tgt = min(max_tgt, (model.config.max_position - 3) // 2)
     src_limit = max_source_len(model, max_tgt + 1)
     nll = 0.0
     n = 0
@@ -476,13 +481,20 @@ def _report_rouge(args, preds, refs):
         print(f"{name:10}{100 * p:7.2f}{100 * r:7.2f}{100 * f:7.2f}{ci}")
 
 
+def split_sentences(texts, sep):
+    """One text a line with its sentences joined by sep (CNN/DM's "<q>") -> the sentences on lines
+    of their own, what ROUGE-Lsum reads (rouge_scores); ROUGE-1/2/L read the words either way."""
+    return texts if sep is None else [text.replace(sep, "\n") for text in texts]
+
+
 def _cmd_rouge(args):
     preds, refs = _read_pairs(args.pred, args.ref)
-    _report_rouge(args, preds, refs)
+    _report_rouge(args, split_sentences(preds, args.sent_sep), split_sentences(refs, args.sent_sep))
 
 
 def _cmd_lead(args):
     sources, refs = _read_pairs(args.src, args.ref, what="source")
+    sources, refs = split_sentences(sources, args.sent_sep), split_sentences(refs, args.sent_sep)
     _report_rouge(args, lead(sources, args.words), refs)
 
 
@@ -523,6 +535,8 @@ def _cmd_perplexity(args):
 
 def _check_args(args):
     """The numbers argparse cannot check by type; a mistake is a UsageError (one line, exit 2)."""
+    if getattr(args, "sent_sep", None) is not None and not args.sent_sep.strip():
+        raise UsageError("--sent_sep must be a visible separator such as \"<q>\", not blank")
     if getattr(args, "n", None) and min(args.n) < 1:
         raise UsageError(f"--n must be >= 1, got {min(args.n)}")
     check_at_least(args, bootstrap=0, words=1, batch_size=1)
@@ -553,6 +567,9 @@ def main(argv=None):
         sub.add_argument("--stem", action="store_true", help="Porter-stem tokens of > 3 chars")
         sub.add_argument("--bootstrap", type=int, default=0, metavar="N",
                          help="add 95%% confidence intervals from N bootstrap resamples")
+        sub.add_argument("--sent_sep", metavar="SEP",
+                         help="the sentence separator inside a line (e.g. \"<q>\"): ROUGE-Lsum "
+                              "over those sentences (without it a line is one sentence)")
     sub = _command(commands, "bleu", _cmd_bleu, "corpus BLEU-4 (sacrebleu defaults)", "--pred",
                    predictions)
     sub.add_argument("--ref", required=True, nargs="+", help="one or more reference files")
@@ -576,4 +593,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    one_line_warnings(PROG)
     main()

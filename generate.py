@@ -8,13 +8,14 @@ cache (model.KVCache); step t runs only its new tokens (segment segments[1]):
 Their mask is objectives/masks.py's rule. `use_cache=False` (--no_cache) recomputes every column
 every step: the reference the tests hold the cache to. Beam search: GNMT's length penalty (Wu et
 al. 2016, section 7), K finished hypotheses end a source (fairseq), no-repeat n-grams as UniLM's
-decoder. On CUDA the steps and the search run in the fast layer (fast.StaticStep replayed as a
-CUDA graph, fast.beam_search); --no_cuda_graph keeps the readable ones. docs/decoding.md traces it.
+decoder. generate() takes another `Decoding` (a Decoder subclass and two searches): on CUDA the
+command line's door hands it the fast layer's (fast.decoding(): a static-shape step replayed as a
+CUDA graph, the search on the device); --no_cuda_graph keeps the readable ones. docs/decoding.md
+traces it.
 Run:  python generate.py --ckpt out/pmlm-seq2seq/ckpt.pt --input test.src --output test.hyp --beam 5
 Left out: sampling (top-k / nucleus), diverse beams, constrained decoding.
 """
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -22,17 +23,17 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import torch
 from tqdm import tqdm
 
-import fast
 import model as M
 from objectives import get_objective, masks, pad
 from objectives.masks import CTX, ORIG, PAD, PSEUDO
 from tokenizer import WordPiece
 from utils import (DataError, UsageError, atomic_write, check_at_least, exit_with_error,
-                   pick_device, read_checkpoint, read_lines)
+                   one_line_warnings, pick_device, read_checkpoint, read_lines)
 
 NEG_INF = float("-inf")
 
@@ -43,20 +44,12 @@ def gnmt_penalty(n, alpha):
 
 
 # --- The incremental decoder: one rule for every objective ----------------------------------------
-def graph_step(cuda_graph, use_cache, device):
-    """generate's cuda_graph option -> whether decoding runs fast.StaticStep as a CUDA graph.
-    None: on CUDA with the cache; True: the graph, a ValueError where none can run; False: never."""
-    if cuda_graph and (device.type != "cuda" or not use_cache):
-        raise ValueError(f"cuda_graph=True needs the KV cache on a CUDA device (here: "
-                         f"{device.type}, use_cache={use_cache}); None uses it where it can run")
-    return use_cache and cuda_graph is not False and device.type == "cuda"
-
-
 class Decoder:
     """Decoding state of N rows (sources x beams): src_ids (N, S) right-padded, src_len (N,),
-    tgt (N, t) so far; the source encoded once into a KV cache unless use_cache is False."""
+    tgt (N, t) so far; the source encoded once into a KV cache unless use_cache is False.
+    The fast layer's decoder is a subclass (fast.StaticDecoder): its own cache, step and reorder."""
 
-    def __init__(self, model, objective, sources, max_len, use_cache=True, cuda_graph=None):
+    def __init__(self, model, objective, sources, max_len, use_cache=True):
         tok = objective.tok
         self.model = model
         self.objective = objective
@@ -69,22 +62,17 @@ class Decoder:
         self.src_len = torch.tensor([len(s) for s in src], device=device)      # (N,)  S_b
         self.S = self.src_ids.size(1)
         self.tgt = self.src_ids.new_zeros(len(src), 0)                         # (N, t)
-        self.cache = self.source = self.fast = None
-        if graph_step(cuda_graph, use_cache, device):
-            self.use_fast_step(max_len, graphed=True)
-        elif use_cache:
-            self.cache = M.KVCache(model.config.n_layer)
-            # encode the source once; its keys and values stay in the cache
-            h = model(*self._inputs(0, with_target=False), cache=self.cache)
-            self.cache.commit(self.S)
-            self.source = self._source_extras(h)
+        self.cache = self.source = None
+        if use_cache:
+            self.start_cache(max_len)
 
-    def use_fast_step(self, max_len, graphed):
-        """Run the cached steps in fast.StaticStep (static shapes, a CUDA graph if graphed; tests
-        run it eagerly on a CPU against this decoder)."""
-        self.fast = fast.StaticStep(self, max_len, graphed)
-        self.cache = self.fast.cache
-        self.source = self._source_extras(self.fast.encode_source(self))
+    def start_cache(self, max_len):
+        """Encode the source once; its keys and values stay in the cache (max_len: the target's
+        longest, for a cache that needs it)."""
+        self.cache = M.KVCache(self.model.config.n_layer)
+        h = self.model(*self._inputs(0, with_target=False), cache=self.cache)
+        self.cache.commit(self.S)
+        self.source = self._source_extras(h)
 
     def _target_part(self):
         """(N, t + 1): [y_0 .. y_{t-1}, query], or without a query token [[SOS], y_0 .. y_{t-1}]."""
@@ -134,8 +122,6 @@ class Decoder:
     @torch.no_grad()
     def logprobs(self):
         """Run this step's new columns -> log-probabilities (N, V) of the next token y_t."""
-        if self.fast is not None:
-            return self.fast.logprobs(self)
         # without a cache every column runs again
         h = self.model(*self.next_inputs(), cache=self.cache)                  # (N, n_new, d)
         if self.cache is None:
@@ -151,16 +137,18 @@ class Decoder:
     def reorder(self, index, same_sources=False):
         """Keep rows `index`; same_sources: each row stays with its source (no source dropped)."""
         self.tgt = self.tgt.index_select(0, index)
-        if self.fast is not None:
-            self.fast.reorder(index, same_sources)
-        elif self.cache is not None:
-            self.cache.reorder(index)
+        if self.cache is not None:
+            self.reorder_cache(index, same_sources)
         if same_sources:
             return                             # source ids, lengths and states are already right
         self.src_ids = self.src_ids.index_select(0, index)
         self.src_len = self.src_len.index_select(0, index)
         if self.source is not None:
             self.source = {k: v.index_select(0, index) for k, v in self.source.items()}
+
+    def reorder_cache(self, index, same_sources):
+        """The cache keeps rows `index` (a subclass's cache may use same_sources)."""
+        self.cache.reorder(index)
 
 
 def ban_tokens(logp, tgt, step, eos, min_len, banned, no_repeat_ngram, ignore):
@@ -307,14 +295,24 @@ def max_source_len(model, max_len):
     return model.config.max_position - max_len - 2
 
 
+class Decoding(NamedTuple):
+    """How generate() decodes: a Decoder (class or factory) and the two searches. READABLE, this
+    file's, is the default; fast.decoding() gives the fast layer's, with the same results."""
+    decoder: Callable
+    greedy: Callable
+    beam_search: Callable
+
+
+READABLE = Decoding(Decoder, greedy, beam_search)
+
+
 @torch.no_grad()
 def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, length_penalty=1.0,
              no_repeat_ngram=3, ignore_ids=None, n_best=1, use_cache=True, batch_size=32,
-             progress=False, cuda_graph=None, fast_search=None):
+             progress=False, decoding=READABLE):
     """Decode token-id sources -> for each, up to n_best (token_ids without the final [EOS],
     score = sum of log-probs / gnmt_penalty) pairs, best first; beam_size 1 is greedy search.
-    Sources too long for max_position are cut (a warning). cuda_graph: see graph_step.
-    fast_search: the fast layer's search where the CUDA graph runs (None), always, or never."""
+    Sources too long for max_position are cut (a warning)."""
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
     if not 0 <= min_len <= max_len or max_len < 1:
@@ -329,13 +327,6 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
                       f"{model.config.max_position} - max_len {max_len} - 2) truncated",
                       stacklevel=2)
     device = next(model.parameters()).device
-    # a cuda_graph that cannot run fails here, before any work
-    graphed = graph_step(cuda_graph, use_cache, device)
-    # the switch into the fast layer's search: the same results, no host sync a step
-    # (tests/test_fast_beam.py); by default wherever the CUDA graph runs
-    on_device = graphed if fast_search is None else fast_search
-    search_greedy = fast.greedy if on_device else greedy
-    search_beam = fast.beam_search if on_device else beam_search
     rules = decoding_rules(objective.tok, min_len, no_repeat_ngram, ignore_ids, device)
     was_training = model.training
     model.eval()
@@ -345,10 +336,10 @@ def generate(model, objective, sources, beam_size=1, max_len=64, min_len=1, leng
     bar = tqdm(total=len(sources), desc="generate", disable=not progress, unit="src")
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
-        dec = Decoder(model, objective, [list(sources[i])[:limit] for i in chunk], max_len,
-                      use_cache, cuda_graph)
-        out = (search_greedy(dec, max_len, length_penalty, rules) if beam_size == 1
-               else search_beam(dec, beam_size, max_len, length_penalty, rules))
+        dec = decoding.decoder(model, objective, [list(sources[i])[:limit] for i in chunk],
+                               max_len, use_cache)
+        out = (decoding.greedy(dec, max_len, length_penalty, rules) if beam_size == 1
+               else decoding.beam_search(dec, beam_size, max_len, length_penalty, rules))
         for i, hyps in zip(chunk, out):
             results[i] = hyps[:n_best]
         bar.update(len(chunk))
@@ -371,19 +362,17 @@ def generate_text(model, tokenizer, objective, texts, **kwargs):
 def show_summary(model, objective, example, n_tokens=48):
     """What a fine-tuning run prints at each evaluation: a source, the greedy output, the answer."""
     tok = objective.tok
-    # eagerly: capturing a CUDA graph for one short sample mid-training costs more than it saves
-    hyp = generate(model, objective, [example[0]], beam_size=1, max_len=32,
-                   cuda_graph=False)[0][0][0]
+    hyp = generate(model, objective, [example[0]], beam_size=1, max_len=32)[0][0][0]
     return (f"  source: {tok.decode(example[0][:n_tokens])} ...\n  model:  {tok.decode(hyp)}\n"
             f"  answer: {tok.decode(example[1])}")
 
 
 @torch.no_grad()
-def score_targets(model, objective, sources, targets, use_cache=True, cuda_graph=None):
+def score_targets(model, objective, sources, targets, use_cache=True, decoder=Decoder):
     """Teacher forcing through the decoding loop: per-step log P(y_t | y_<t, src) of each target as
     given (add [EOS] to score it); tests hold it to the fine-tuning batch's (the same layout)."""
     forced = pad(targets, objective.tok.eos_id)                                # (N, T)
-    dec = Decoder(model, objective, sources, forced.size(1), use_cache, cuda_graph)
+    dec = decoder(model, objective, sources, forced.size(1), use_cache)
     forced = forced.to(dec.src_ids.device)
     steps = []
     for t in range(forced.size(1)):
@@ -485,33 +474,52 @@ def parse_args(argv=None):
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--n_best", type=int, default=1, help="> 1: a JSON list of {text, score} a line")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (bf16 on cards of compute capability >= 8.0, fp16 below, fp32 on a "
+                        "CPU), bf16, fp16 or fp32")
     p.add_argument("--no_cache", action="store_true", help="recompute every token, every step")
     p.add_argument("--no_cuda_graph", action="store_true",
                    help="on a GPU too, the readable KV cache and search (not the CUDA graph)")
     return p.parse_args(argv)
 
 
+def decoding_for(model, device, args):
+    """generate.py's door into the fast layer: on CUDA with the KV cache (unless --no_cuda_graph)
+    the static-shape step replayed as a CUDA graph and the search on the device, the same
+    hypotheses (tests/test_fast_beam.py); elsewhere this file's readable decoder."""
+    if device.type != "cuda" or args.no_cache or args.no_cuda_graph:
+        return READABLE
+    # imported here, at the door: the fast layer stands above this file (it imports it)
+    import fast
+    fast.speed_up(model, compile=False)
+    return fast.decoding(graphed=True)
+
+
 def run(args):
     """Check, read, decode, write: generate.py's whole job."""
     check_args(args)
     device = pick_device(args.device)
+    try:
+        dtype = M.device_dtype(args.dtype, device)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     texts = read_sources(args.input)
     model, tok, objective = load_checkpoint(args.ckpt, device)
-    # the GPU speed layer's pieces of the model (on a CPU nothing changes)
-    fast.speed_up(model, compile=False)
+    decoding = decoding_for(model, device, args)
+    if device.type == "cuda":
+        # what this card runs of the fast layer, once (model.fast_pieces)
+        print(M.describe_fast_pieces(torch.cuda.get_device_capability(device)), file=sys.stderr)
     if max_source_len(model, args.max_len) < 0:
         raise UsageError(f"--max_len {args.max_len} leaves no room for a source in this model "
                          f"(max_position {model.config.max_position})")
     # blank lines stay blank
     keep = [i for i, t in enumerate(texts) if t.strip()]
-    cuda = device.type == "cuda"
-    with torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext():
+    with M.autocast(device, dtype):
         hyps = generate(model, objective, [tok.encode(texts[i]) for i in keep],
                         beam_size=args.beam, max_len=args.max_len, min_len=args.min_len,
                         length_penalty=args.length_penalty, no_repeat_ngram=args.no_repeat_ngram,
                         n_best=args.n_best, use_cache=not args.no_cache,
-                        batch_size=args.batch_size, progress=True,
-                        cuda_graph=False if args.no_cuda_graph else None)
+                        batch_size=args.batch_size, progress=True, decoding=decoding)
     lines = [""] * len(texts)
     for i, h in zip(keep, hyps):
         decoded = [(tok.decode(ids, skip_special=True), s) for ids, s in h]
@@ -533,4 +541,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # the fast layer imports this file as `generate`: it finds this very module, not a second copy
+    sys.modules.setdefault("generate", sys.modules["__main__"])
+    one_line_warnings(PROG)
     main()

@@ -1,16 +1,21 @@
 """The one Transformer backbone every objective runs on: a BERT-sized encoder in nanoGPT style
-(token + absolute position + segment embeddings, pre-LN blocks, a final LayerNorm): h = model(ids,
-positions, segments, attn_mask), (B, L, d); its heads apart: lm_logits(h), tied to the embedding,
-nsp_logits(h[:, 0]), UniLM's next sentence, copy_head, PALM's pointer-generator (Eq. 2-8).
+(token + absolute position + segment embeddings, pre-LN blocks and a final LayerNorm, or with
+`post_ln` BERT's own post-LN blocks): h = model(ids, positions, segments, attn_mask), (B, L, d);
+its heads apart: lm_logits(h), tied to the embedding, nsp_logits(h[:, 0]), UniLM's next sentence,
+copy_head, PALM's pointer-generator (Eq. 2-8).
 
-Position ids are explicit ([P] and [ATTN] reuse their token's); the mask is a `Mask`. Here too:
-`attention()` (naive and sdpa), the relative position bias (UniLMv2 4.1), the readable `KVCache`.
-The GPU layer fast/ is reached by `attn_impl="flex"` and `fast.speed_up(model)` (on a CPU only
-with train.py's --compile true).
-docs/model.md tells the longer story. Left out: rotary embeddings, GQA, MoE; pre-LN, where the
-papers' BERT is post-LN.
+Position ids are explicit ([P] and [ATTN] reuse their token's); the mask is a `Mask`. In reading
+order: attention (naive and sdpa), the relative position bias (UniLMv2 4.1), the block, the
+backbone with its LM and NSP heads, PALM's copy head, the readable `KVCache`.
+The GPU layer fast/ stands above this file: it fills the hooks left here (`ATTENTION`, `DESCRIBED`,
+`RelativePositionBias.fast_lookup`, `PointerGenerator.fast_scores`); nothing here imports it.
+The device's side of a run stands at the end: the precision it computes in (`choose_dtype`), the
+fast layer's pieces it can run (`fast_pieces`), its peak FLOP/s.
+docs/model.md tells the longer story. Left out: rotary embeddings, GQA, MoE.
 """
+import contextlib
 import math
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from typing import Union
 
@@ -18,7 +23,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import fast
 from objectives.masks import MaskSpec
 
 # attn_mask: the dense (B, L, L) or (L, L) bool tensor, or the mask described (kind, step)
@@ -45,6 +49,8 @@ class ModelConfig:
     attn_impl: str = setting("sdpa", "attention: naive (written out) | sdpa | flex (CUDA only)")
     copy_head: bool = setting(False, "add PALM's pointer-generator copy head (2.3)")
     layer_norm_eps: float = setting(1e-12, "LayerNorm epsilon (BERT's 1e-12)")
+    post_ln: bool = setting(False, "BERT's post-LN blocks, LN(x + f(x)), no final LayerNorm (the "
+                                   "papers' backbone; convert.py from-hf makes them); else pre-LN")
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -76,19 +82,7 @@ PRESETS = {
 ATTN_IMPLS = ("naive", "sdpa", "flex")
 
 
-# --- Attention: one entry point, two paths --------------------------------------------------------
-def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
-    """Masked multi-head attention. q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool,
-    True = "query i may attend key j"; bias: None or (B, H, Lq, Lk), -inf where the mask says no."""
-    if impl == "naive":
-        return naive_attention(q, k, v, mask, bias, dropout_p)
-    if impl == "flex":
-        return fast.flex(q, k, v, mask, bias)
-    # sdpa takes either the boolean mask (broadcast over heads) or the float bias-with-mask
-    m = mask[:, None] if bias is None else bias.to(q.dtype)            # (B, 1 or H, Lq, Lk)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=dropout_p)
-
-
+# --- Attention: one entry point, a path by name -------------------------------------------------
 def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
     """softmax(Q K^T / sqrt(d) + bias, masked) V, written out (Vaswani et al. Eq. 1)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))            # (B, H, Lq, Lk)
@@ -98,6 +92,30 @@ def naive_attention(q, k, v, mask, bias=None, dropout_p=0.0):
     scores = scores.masked_fill(~mask[:, None], float("-inf"))
     weights = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return weights @ v                                                  # (B, H, Lq, D)
+
+
+def sdpa_attention(q, k, v, mask, bias=None, dropout_p=0.0):
+    """The same through torch's fused kernel, which takes either the boolean mask (broadcast over
+    heads) or the float bias-with-mask."""
+    m = mask[:, None] if bias is None else bias.to(q.dtype)            # (B, 1 or H, Lq, Lk)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=dropout_p)
+
+
+# the attention paths by ModelConfig.attn_impl; the fast layer adds "flex" (fast.flex)
+ATTENTION = {"naive": naive_attention, "sdpa": sdpa_attention}
+# the paths that read the mask DESCRIBED (a MaskSpec) in their own kernel: attn_impl -> fn(model,
+# position_ids, spec) -> (mask, bias) for every block. The fast layer adds "flex"
+# (fast.describe_flex)
+DESCRIBED = {}
+
+
+def attention(q, k, v, mask, bias=None, impl="sdpa", dropout_p=0.0):
+    """Masked multi-head attention. q: (B, H, Lq, D); k, v: (B, H, Lk, D); mask: (B, Lq, Lk) bool,
+    True = "query i may attend key j"; bias: None or (B, H, Lq, Lk), -inf where the mask says no."""
+    if impl not in ATTENTION:
+        raise ValueError(f"attn_impl={impl!r} is the fast layer's: `import fast` first "
+                         "(train.py and generate.py do where it can run)")
+    return ATTENTION[impl](q, k, v, mask, bias, dropout_p)
 
 
 # --- Relative position bias (UniLMv2 4.1, after T5): one learned scalar per bucket and head -------
@@ -132,7 +150,7 @@ class RelativePositionBias(nn.Module):
                              relative_position_bucket(distances, num_buckets, max_distance),
                              persistent=False)
         self.offset = max_position - 1
-        # fast.speed_up sets fast.BucketBias.apply here on a GPU: the same bias, a faster backward
+        # a hook: the fast layer puts fast.BucketBias.apply here on a GPU (a faster backward)
         self.fast_lookup = None
 
     def forward(self, q_pos, k_pos):
@@ -157,52 +175,7 @@ class RelativePositionBias(nn.Module):
         return bias.permute(0, 3, 1, 2)                                 # (B, H, Lq, Lk)
 
 
-# --- KV cache for incremental decoding ------------------------------------------------------------
-class KVCache:
-    """Per-layer keys, values (and positions) of the tokens so far. A forward attends to cache +
-    new; the new K/V wait in `pending` until `commit(n)` keeps the first n (not a query token)."""
-
-    def __init__(self, n_layer):
-        self.k = [None] * n_layer            # each (B, H, Lc, D)
-        self.v = [None] * n_layer
-        self.pos = None                      # (B, Lc) position ids of the cached tokens
-        self.pending = [None] * n_layer
-        self.pending_pos = None
-
-    def __len__(self):
-        return 0 if self.pos is None else self.pos.size(1)
-
-    def key_positions(self, position_ids):
-        """position_ids (B, L) of the new tokens -> (B, Lc + L) of every key (once per forward)."""
-        self.pending_pos = position_ids
-        return torch.cat([self.pos, position_ids], dim=1) if len(self) else position_ids
-
-    def layer(self, i, k_new, v_new):
-        """Keys/values layer i attends to: cached ones followed by the new ones."""
-        self.pending[i] = (k_new, v_new)
-        if self.k[i] is None:
-            return k_new, v_new
-        return torch.cat([self.k[i], k_new], dim=2), torch.cat([self.v[i], v_new], dim=2)
-
-    def commit(self, n):
-        """Keep the first n new tokens of the last forward in the cache."""
-        for i, (k_new, v_new) in enumerate(self.pending):
-            k_new = k_new[:, :, :n]
-            v_new = v_new[:, :, :n]
-            self.k[i] = k_new if self.k[i] is None else torch.cat([self.k[i], k_new], dim=2)
-            self.v[i] = v_new if self.v[i] is None else torch.cat([self.v[i], v_new], dim=2)
-        new_pos = self.pending_pos[:, :n]
-        self.pos = new_pos if self.pos is None else torch.cat([self.pos, new_pos], dim=1)
-        self.pending = [None] * len(self.pending)
-
-    def reorder(self, index):
-        """Beam search: keep batch rows `index` (B',) of every cached tensor."""
-        self.k = [k.index_select(0, index) for k in self.k]
-        self.v = [v.index_select(0, index) for v in self.v]
-        self.pos = self.pos.index_select(0, index)
-
-
-# --- The Transformer ------------------------------------------------------------------------------
+# --- The block ------------------------------------------------------------------------------------
 class SelfAttention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
@@ -219,15 +192,18 @@ class SelfAttention(nn.Module):
             k, v = cache.layer(layer_idx, k, v)                        # (B, H, Lc + L, D)
         p = self.cfg.dropout if self.training else 0.0
         impl = self.cfg.attn_impl
-        # a dense mask (decoding with a cache): the SDPA path
-        impl = "sdpa" if impl == "flex" and torch.is_tensor(mask) else impl
+        # a dense mask on a DESCRIBED path (decoding with a cache): the SDPA path
+        impl = "sdpa" if impl in DESCRIBED and torch.is_tensor(mask) else impl
         y = attention(q, k, v, mask, bias, impl, p)                    # (B, H, L, D)
         y = y.transpose(1, 2).reshape(B, L, C)
         return F.dropout(self.proj(y), p, self.training)
 
 
 class Block(nn.Module):
-    """Pre-LN Transformer block: x + Attn(LN(x)), then x + FFN(LN(x))."""
+    """A Transformer block, one of two layouts (docs/model.md, "Pre-LN and post-LN"):
+    pre-LN (the default):    x + Attn(LN(x)), then x + FFN(LN(x));   a final LayerNorm follows
+    post-LN (cfg.post_ln):   LN(x + Attn(x)), then LN(x + FFN(x));   BERT's (Devlin et al. 2019),
+    which UniLM, ERNIE-GEN and PALM start from. The FFN's GELU is the erf one, BERT's."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -237,12 +213,136 @@ class Block(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(cfg.n_embd, cfg.ffn_dim), nn.GELU(),
                                  nn.Linear(cfg.ffn_dim, cfg.n_embd))
         self.dropout = cfg.dropout
+        self.post_ln = cfg.post_ln
 
     def forward(self, x, mask, bias=None, cache=None, layer_idx=0):
+        if self.post_ln:
+            # the cache's keys and values still come from x, the block's input, as in pre-LN
+            x = self.ln1(x + self.attn(x, mask, bias, cache, layer_idx))
+            return self.ln2(x + F.dropout(self.ffn(x), self.dropout, self.training))
         x = x + self.attn(self.ln1(x), mask, bias, cache, layer_idx)
         return x + F.dropout(self.ffn(self.ln2(x)), self.dropout, self.training)
 
 
+# --- The backbone and its heads ------------------------------------------------------------------
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        d = cfg.n_embd
+        self.tok_emb = nn.Embedding(cfg.vocab_size, d)
+        self.pos_emb = nn.Embedding(cfg.max_position, d)
+        self.seg_emb = nn.Embedding(cfg.n_segment, d)
+        self.emb_ln = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.rel_bias = None
+        if cfg.rel_pos_buckets:
+            self.rel_bias = RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance,
+                                                 cfg.n_head, cfg.max_position)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # pre-LN's residual stream is never normalised inside the blocks: a final LayerNorm does it
+        self.ln_f = nn.Identity() if cfg.post_ln else nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        # LM head: BERT's transform (dense, GELU, LN), the tied embedding, a bias (PALM's Eq. 2)
+        self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(),
+                                          nn.LayerNorm(d, eps=cfg.layer_norm_eps))
+        self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        # pooler + classifier
+        self.nsp_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))
+        self.copy_head = PointerGenerator(d) if cfg.copy_head else None
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module):
+        # BERT: N(0, 0.02) weights, zero biases, LayerNorm (1, 0)
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    # --- the backbone -----------------------------------------------------------------------------
+    def embed(self, input_ids, position_ids, segment_ids):
+        """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
+        # a clear error on a CPU (on a GPU the embedding's own check stops it: docs/model.md)
+        if not position_ids.is_cuda and position_ids.max() >= self.config.max_position:
+            raise ValueError(f"position id {int(position_ids.max())} >= max_position "
+                             f"{self.config.max_position}; truncate the input (train.py does) "
+                             "or use a config with more positions")
+        x = self.tok_emb(input_ids) + self.pos_emb(position_ids) + self.seg_emb(segment_ids)
+        return F.dropout(self.emb_ln(x), self.config.dropout, self.training)
+
+    def encode(self, x, position_ids, attn_mask: Mask, cache=None):
+        """Run the blocks over embeddings x (B, L, d). attn_mask: (B, L, Lc + L) bool with Lc
+        cached keys, or a MaskSpec: built here densely, or by a DESCRIBED path in its kernel."""
+        described = DESCRIBED.get(self.config.attn_impl)
+        if isinstance(attn_mask, MaskSpec) and described is not None and cache is None:
+            mask, bias = described(self, position_ids, attn_mask)
+        else:
+            mask, bias = self.dense_mask(attn_mask, position_ids, cache, x.size(0))
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, bias, cache, i)
+        return self.ln_f(x)
+
+    def dense_mask(self, attn_mask: Mask, position_ids, cache, batch_size):
+        """-> the (B, L, Lc + L) bool mask every block uses, and the relative position bias
+        (B, H, L, Lc + L), -inf where the mask says no (None without one)."""
+        if isinstance(attn_mask, MaskSpec):
+            attn_mask = attn_mask.dense()
+        if attn_mask.dim() == 2:
+            attn_mask = attn_mask[None].expand(batch_size, -1, -1)
+        # a query that may see nothing (a padding row) would make softmax 0/0: let it see itself,
+        # harmlessly
+        L = position_ids.size(1)
+        dead = ~attn_mask.any(dim=-1)                                  # (B, L)
+        eye = torch.eye(L, dtype=torch.bool, device=attn_mask.device)  # (L, L)
+        eye = F.pad(eye, (attn_mask.size(-1) - L, 0))                  # (L, Lc + L)
+        attn_mask = attn_mask | (eye[None] & dead[..., None])
+        # every key's position (the cache notes the new tokens' here)
+        k_pos = position_ids if cache is None else cache.key_positions(position_ids)
+        if self.rel_bias is None:
+            return attn_mask, None
+        # computed once, shared by every layer (UniLMv2 4.1), -inf where the mask forbids
+        bias = self.rel_bias(position_ids, k_pos)                      # (B, H, L, Lc + L)
+        bias = bias.masked_fill(~attn_mask[:, None], float("-inf"))
+        # cast once, not per layer
+        return attn_mask, bias.to(compute_dtype(attn_mask.device, bias.dtype))
+
+    def forward(self, input_ids, position_ids, segment_ids, attn_mask: Mask, cache=None):
+        """-> hidden states (B, L, d). attn_mask: a Mask (True = query i may attend key j)."""
+        x = self.embed(input_ids, position_ids, segment_ids)
+        return self.encode(x, position_ids, attn_mask, cache)
+
+    # --- heads ------------------------------------------------------------------------------------
+    def lm_logits(self, h):
+        """(..., d) -> (..., V): the masked-LM / generation head, tied to the token embedding."""
+        return self.lm_transform(h) @ self.tok_emb.weight.t() + self.lm_bias
+
+    def nsp_logits(self, h_first):
+        """(B, d) states at [SOS] -> (B, 2) is-next / not-next logits (UniLM 2.3, from BERT)."""
+        return self.nsp_head(h_first)
+
+    # --- bookkeeping ------------------------------------------------------------------------------
+    def num_params(self):
+        """Parameters outside the embedding tables (the count FLOPs and papers quote)."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - sum(e.weight.numel() for e in (self.tok_emb, self.pos_emb, self.seg_emb))
+
+    def describe(self):
+        """'2 layers, 128 wide, 0.52M parameters (+0.59M in embeddings)': what train.py prints."""
+        n_all = sum(p.numel() for p in self.parameters())
+        n_body = self.num_params()
+        return (f"{self.config.n_layer} layers, {self.config.n_embd} wide, {n_body / 1e6:.2f}M "
+                f"parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings)")
+
+    def estimate_flops(self, seq_len, pred_frac=1.0):
+        """Training FLOPs per token at sequence length seq_len: 6 N + 12 n_layer d seq_len + 6 d V
+        pred_frac (Kaplan et al. 2020, the PaLM paper; docs/model.md derives it)."""
+        cfg = self.config
+        # the LM bias is not a matmul
+        n_body = self.num_params() - cfg.vocab_size
+        return (6 * n_body + 12 * cfg.n_layer * cfg.n_embd * seq_len
+                + 6 * cfg.n_embd * cfg.vocab_size * pred_frac)
+
+
+# --- PALM's copy head -----------------------------------------------------------------------------
 def additive_scores(hm, ws, w):
     """PALM's Eq. 3 for every (step t, position l): e_t,l = w . tanh(hm_l + ws_t), hm (B, S, d),
     ws (B, T, d) -> (B, T, S), through a (B, T, S, d) tensor kept for backward (fast/ fuses it)."""
@@ -275,7 +375,7 @@ class PointerGenerator(nn.Module):
         self.W_s = nn.Linear(d, d, bias=True)       # its bias is b^c
         self.w_c = nn.Linear(d, 1, bias=False)
         self.gate = nn.Linear(2 * d, 1)             # [w^z; w^s] and b^m
-        # fast.speed_up sets fast.compiled_additive_scores() here on a GPU (the same numbers)
+        # a hook: the fast layer puts its fused scores here on a GPU (the same numbers)
         self.fast_scores = None
 
     def _scores(self, hm, s):
@@ -337,111 +437,135 @@ class PointerGenerator(nn.Module):
         return logp, torch.sigmoid(gate_logit), alpha
 
 
-class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.config = cfg
-        d = cfg.n_embd
-        self.tok_emb = nn.Embedding(cfg.vocab_size, d)
-        self.pos_emb = nn.Embedding(cfg.max_position, d)
-        self.seg_emb = nn.Embedding(cfg.n_segment, d)
-        self.emb_ln = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.rel_bias = None
-        if cfg.rel_pos_buckets:
-            self.rel_bias = RelativePositionBias(cfg.rel_pos_buckets, cfg.rel_pos_max_distance,
-                                                 cfg.n_head, cfg.max_position)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        # LM head: BERT's transform (dense, GELU, LN), the tied embedding, a bias (PALM's Eq. 2)
-        self.lm_transform = nn.Sequential(nn.Linear(d, d), nn.GELU(),
-                                          nn.LayerNorm(d, eps=cfg.layer_norm_eps))
-        self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        # pooler + classifier
-        self.nsp_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))
-        self.copy_head = PointerGenerator(d) if cfg.copy_head else None
-        self.apply(self._init_weights)
+# --- KV cache for incremental decoding ------------------------------------------------------------
+class KVCache:
+    """Per-layer keys, values (and positions) of the tokens so far. A forward attends to cache +
+    new; the new K/V wait in `pending` until `commit(n)` keeps the first n (not a query token)."""
 
-    @staticmethod
-    def _init_weights(module):
-        # BERT: N(0, 0.02) weights, zero biases, LayerNorm (1, 0)
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    def __init__(self, n_layer):
+        self.k = [None] * n_layer            # each (B, H, Lc, D)
+        self.v = [None] * n_layer
+        self.pos = None                      # (B, Lc) position ids of the cached tokens
+        self.pending = [None] * n_layer
+        self.pending_pos = None
 
-    # --- the backbone -----------------------------------------------------------------------------
-    def embed(self, input_ids, position_ids, segment_ids):
-        """Token + absolute position + segment embeddings, LayerNorm, dropout -> (B, L, d)."""
-        # a clear error where the check is free (a GPU would wait; there the embedding's stops it)
-        if not position_ids.is_cuda and position_ids.max() >= self.config.max_position:
-            raise ValueError(f"position id {int(position_ids.max())} >= max_position "
-                             f"{self.config.max_position}; truncate the input (train.py does) "
-                             "or use a config with more positions")
-        x = self.tok_emb(input_ids) + self.pos_emb(position_ids) + self.seg_emb(segment_ids)
-        return F.dropout(self.emb_ln(x), self.config.dropout, self.training)
+    def __len__(self):
+        return 0 if self.pos is None else self.pos.size(1)
 
-    def encode(self, x, position_ids, attn_mask: Mask, cache=None):
-        """Run the blocks over embeddings x (B, L, d). attn_mask: (B, L, Lc + L) bool with Lc
-        cached keys, or a MaskSpec built here (dense; for flex, fast/'s block-sparse mask)."""
-        if isinstance(attn_mask, MaskSpec):
-            if self.config.attn_impl == "flex" and cache is None:
-                return fast.encode_flex(self, x, position_ids, attn_mask)
-            attn_mask = attn_mask.dense()
-        if attn_mask.dim() == 2:
-            attn_mask = attn_mask[None].expand(x.size(0), -1, -1)
-        # a query that may see nothing (a padding row) would make softmax 0/0: let it see itself,
-        # harmlessly (no `if dead.any()`: that would wait for the GPU at every forward)
-        n_cached = attn_mask.size(-1) - x.size(1)
-        dead = ~attn_mask.any(dim=-1)                                  # (B, L)
-        eye = torch.eye(x.size(1), dtype=torch.bool, device=x.device)  # (L, L)
-        eye = F.pad(eye, (n_cached, 0))                                # (L, Lc + L)
-        attn_mask = attn_mask | (eye[None] & dead[..., None])
-        k_pos = position_ids if cache is None else cache.key_positions(position_ids)
-        bias = None
-        if self.rel_bias is not None:
-            # computed once, shared by every layer (UniLMv2 4.1), -inf where the mask forbids
-            bias = self.rel_bias(position_ids, k_pos)                  # (B, H, L, Lc + L)
-            bias = bias.masked_fill(~attn_mask[:, None], float("-inf"))
-            bias = bias.to(compute_dtype(x.device, bias.dtype))        # cast once, not per layer
-        for i, block in enumerate(self.blocks):
-            x = block(x, attn_mask, bias, cache, i)
-        return self.ln_f(x)
+    def key_positions(self, position_ids):
+        """position_ids (B, L) of the new tokens -> (B, Lc + L) of every key (once per forward)."""
+        self.pending_pos = position_ids
+        return torch.cat([self.pos, position_ids], dim=1) if len(self) else position_ids
 
-    def forward(self, input_ids, position_ids, segment_ids, attn_mask: Mask, cache=None):
-        """-> hidden states (B, L, d). attn_mask: a Mask (True = query i may attend key j)."""
-        x = self.embed(input_ids, position_ids, segment_ids)
-        return self.encode(x, position_ids, attn_mask, cache)
+    def layer(self, i, k_new, v_new):
+        """Keys/values layer i attends to: cached ones followed by the new ones."""
+        self.pending[i] = (k_new, v_new)
+        if self.k[i] is None:
+            return k_new, v_new
+        return torch.cat([self.k[i], k_new], dim=2), torch.cat([self.v[i], v_new], dim=2)
 
-    # --- heads ------------------------------------------------------------------------------------
-    def lm_logits(self, h):
-        """(..., d) -> (..., V): the masked-LM / generation head, tied to the token embedding."""
-        return self.lm_transform(h) @ self.tok_emb.weight.t() + self.lm_bias
+    def commit(self, n):
+        """Keep the first n new tokens of the last forward in the cache."""
+        for i, (k_new, v_new) in enumerate(self.pending):
+            k_new = k_new[:, :, :n]
+            v_new = v_new[:, :, :n]
+            self.k[i] = k_new if self.k[i] is None else torch.cat([self.k[i], k_new], dim=2)
+            self.v[i] = v_new if self.v[i] is None else torch.cat([self.v[i], v_new], dim=2)
+        new_pos = self.pending_pos[:, :n]
+        self.pos = new_pos if self.pos is None else torch.cat([self.pos, new_pos], dim=1)
+        self.pending = [None] * len(self.pending)
 
-    def nsp_logits(self, h_first):
-        """(B, d) states at [SOS] -> (B, 2) is-next / not-next logits (UniLM 2.3, from BERT)."""
-        return self.nsp_head(h_first)
+    def reorder(self, index):
+        """Beam search: keep batch rows `index` (B',) of every cached tensor."""
+        self.k = [k.index_select(0, index) for k in self.k]
+        self.v = [v.index_select(0, index) for v in self.v]
+        self.pos = self.pos.index_select(0, index)
 
-    # --- bookkeeping ------------------------------------------------------------------------------
-    def num_params(self):
-        """Parameters outside the embedding tables (the count FLOPs and papers quote)."""
-        n = sum(p.numel() for p in self.parameters())
-        return n - sum(e.weight.numel() for e in (self.tok_emb, self.pos_emb, self.seg_emb))
 
-    def describe(self):
-        """'2 layers, 128 wide, 0.52M parameters (+0.59M in embeddings)': what train.py prints."""
-        n_all = sum(p.numel() for p in self.parameters())
-        n_body = self.num_params()
-        return (f"{self.config.n_layer} layers, {self.config.n_embd} wide, {n_body / 1e6:.2f}M "
-                f"parameters (+{(n_all - n_body) / 1e6:.2f}M in embeddings)")
+# --- The device: the precision a run computes in, the fast pieces it runs, its peak FLOP/s -------
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# bf16 runs natively from compute capability 8.0 (A100, RTX 30xx, L4, H100); older cards (T4 7.5,
+# V100 7.0, P100 6.0) emulate it or fail: they compute in fp16, whose range needs a loss scaler
+NATIVE_BF16 = (8, 0)
+# half-precision arithmetic from compute capability 5.3
+NATIVE_FP16 = (5, 3)
 
-    def estimate_flops(self, seq_len, pred_frac=1.0):
-        """Training FLOPs per token at sequence length seq_len: 6 N + 12 n_layer d seq_len + 6 d V
-        pred_frac (Kaplan et al. 2020, the PaLM paper; docs/model.md derives it)."""
-        cfg = self.config
-        # the LM bias is not a matmul
-        n_body = self.num_params() - cfg.vocab_size
-        return (6 * n_body + 12 * cfg.n_layer * cfg.n_embd * seq_len
-                + 6 * cfg.n_embd * cfg.vocab_size * pred_frac)
+
+def choose_dtype(name, device_type, capability=None, cpu_dtypes=("bf16", "fp16")):
+    """--dtype auto | bf16 | fp16 | fp32 -> the dtype autocast computes in, by name. auto: bf16 on a
+    CUDA card of compute capability (major, minor) >= 8.0, fp16 below (train.py adds a gradient
+    scaler), fp32 on a CPU. cpu_dtypes: what this torch's CPU autocast computes in
+    (`cpu_autocast_dtypes`). A dtype the device cannot run: a ValueError of one line."""
+    if name != "auto" and name not in DTYPES:
+        raise ValueError(f"--dtype {name!r}: choose auto, bf16, fp16 or fp32")
+    if device_type != "cuda":
+        if name in ("auto", "fp32"):
+            return "fp32"
+        if name not in cpu_dtypes:
+            raise ValueError(f"--dtype {name}: torch {torch.__version__}'s CPU autocast does not "
+                             "compute in it; use --dtype fp32 (or bf16)")
+        return name
+    cc = ".".join(map(str, capability))
+    if name == "auto":
+        return "bf16" if tuple(capability) >= NATIVE_BF16 else "fp16"
+    if name == "bf16" and tuple(capability) < NATIVE_BF16:
+        raise ValueError(f"--dtype bf16: this card (compute capability {cc}) has no native bf16, "
+                         "which needs 8.0 or more; use --dtype fp16 (or auto)")
+    if name == "fp16" and tuple(capability) < NATIVE_FP16:
+        raise ValueError(f"--dtype fp16: this card (compute capability {cc}) has no native fp16; "
+                         "use --dtype fp32")
+    return name
+
+
+def cpu_autocast_dtypes():
+    """The half dtypes this torch's CPU autocast computes a matmul in (an older torch turns CPU fp16
+    autocast off with a warning)."""
+    found = []
+    for name in ("bf16", "fp16"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast("cpu", dtype=DTYPES[name]):
+                if (torch.ones(1, 1) @ torch.ones(1, 1)).dtype == DTYPES[name]:
+                    found.append(name)
+    return tuple(found)
+
+
+def device_dtype(name, device):
+    """choose_dtype for this machine's device (a torch.device)."""
+    if device.type == "cuda":
+        return choose_dtype(name, "cuda", torch.cuda.get_device_capability(device))
+    return choose_dtype(name, device.type, cpu_dtypes=cpu_autocast_dtypes())
+
+
+def autocast(device, dtype_name):
+    """The autocast context a run computes in: none for fp32 (weights stay fp32 either way)."""
+    if dtype_name == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[dtype_name])
+
+
+# the least compute capability each piece of the fast layer needs. torch.compile's kernels are
+# Triton's, which runs from 7.0; FlexAttention and fast/'s own Triton kernels are written for the
+# shared memory and bf16 of 8.0 cards (and checked on 9.0 only): below, the readable SDPA path and
+# the compiled copy scores. CUDA graphs run on any card torch supports.
+FAST_PIECES = {"compile": (7, 0), "flex": (8, 0), "triton": (8, 0), "cuda_graphs": (0, 0)}
+
+
+def fast_pieces(capability):
+    """{piece: on} for a CUDA card of compute capability (major, minor); None (no card): all off."""
+    return {piece: capability is not None and tuple(capability) >= least
+            for piece, least in FAST_PIECES.items()}
+
+
+def describe_fast_pieces(capability):
+    """The one line a door prints about them, e.g. 'fast layer on compute capability 7.5: compile,
+    cuda_graphs; off: flex (needs 8.0), triton (needs 8.0)'."""
+    on = fast_pieces(capability)
+    version = lambda cc: ".".join(map(str, cc))
+    line = (f"fast layer on compute capability {version(capability)}: "
+            f"{', '.join(p for p, v in on.items() if v) or 'nothing'}")
+    off = [f"{p} (needs {version(FAST_PIECES[p])})" for p, v in on.items() if not v]
+    return line + (f"; off: {', '.join(off)}" if off else "")
 
 
 # peak dense bf16 tensor FLOP/s by device name, for MFU

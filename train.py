@@ -9,13 +9,21 @@
 Every setting is a `--key value` flag (config.py): TrainConfig's, ModelConfig's (`--n_layer 4`)
 and the objective's options (e.g. objectives/pmlm.py). A mistake is one line, exit status 2.
 
-The run reads top to bottom in numbered phases, which main (at the end) calls in turn:
+The run reads top to bottom in numbered phases, the functions in the order main (at the end)
+calls them:
   1. settings      2. distributed set-up      3. start point (fresh, --resume, --init_from)
   4. data          5. model (on a GPU, the fast layer)                  6. optimizer
   7. the loop      batches -> loss -> backward -> step; log, evaluate, checkpoint
   8. the end       a checkpoint, and what to run next
+Exit status, a contract scripts may rely on: 0 the run ended (max_steps, --stop_at or
+--time_limit, with a checkpoint); 2 a mistake in a flag or a data file (one line); 3 (DIVERGED) a
+loss turned NaN or infinite: the run stops at the next log step naming the batch and keeps the
+last good checkpoint, so a harness (bench/study.py) records it as diverged instead of retrying;
+128 + the signal's number after Ctrl-C or SIGTERM stopped it cleanly with a checkpoint (130, 143).
 docs/how-it-fits-together.md follows `--objective pmlm` through these phases to the loss.
-Left out: multi-node launching (torchrun's --nnodes), FSDP/tensor parallelism, fp16 loss scaling.
+Precision (--dtype): autocast in bf16 on cards that compute it natively (compute capability 8.0
+on), in fp16 with torch's loss scaler on older ones (T4, V100), none on a CPU.
+Left out: multi-node launching (torchrun's --nnodes), FSDP/tensor parallelism.
 """
 import functools
 import json
@@ -35,7 +43,9 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 import data
+import evaluate as E
 import fast
+import generate as G
 import model as M
 from config import (PASSAGE_SPECIALS, TrainConfig, check_compatible, check_settings, help_text,
                     model_settings, next_command, out_dir_of, parse_args, resolve_defaults,
@@ -44,12 +54,21 @@ from generate import show_summary
 from objectives import Objective, fills_example, get_objective, objective_class
 from tokenizer import WordPiece
 from utils import (Dist, UsageError, check_replicas_agree, exit_with_error, master_first,
-                   open_log, save_checkpoint, setup_distributed)
+                   one_line_warnings, open_log, save_checkpoint, setup_distributed)
 
 # 1. Settings: config.py (TrainConfig, parse_args, check_settings, help_text)
 # 2. Distributed set-up: utils.setup_distributed (torchrun's RANK / WORLD_SIZE)
 # 3. Start point: config.start_point (a fresh run, a run to resume, or a checkpoint to fine-tune),
 #    then config.model_settings and resolve_defaults (the preset's recipe and shape)
+
+
+# --- 3. Start point (config.py), and the precision this device computes in ---------------------
+def pick_dtype(cfg, device):
+    """--dtype on this device (model.device_dtype): 'bf16', 'fp16' or 'fp32', or a UsageError."""
+    try:
+        return M.device_dtype(cfg.dtype, device)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 # --- 4. Data --------------------------------------------------------------------------------------
@@ -94,12 +113,23 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
 
 
 def use_fast_layer(model, objective, cfg, device):
-    """The one place train.py reaches for GPU speed (fast/): on CUDA (or --compile true) compiled
-    blocks, the GPU relative bias and copy scores. On a CPU the readable path runs as it is."""
+    """train.py's one door into the fast layer (fast/): on CUDA (or --compile true) compiled
+    blocks, the GPU relative bias and copy scores; with --pack, several passages a row. -> (pack,
+    view): what data.StepBatches does to every training batch (None: one passage a row) and what
+    the loss sees of the model for a batch (None: the model itself). On a CPU the readable path
+    runs as it is."""
     if model.config.attn_impl == "flex" and device.type != "cuda":
         raise UsageError("--attn_impl flex trains on CUDA only "
                          "(FlexAttention has no backward on a CPU)")
-    compiled = switched_on(cfg.compile, device)
+    # the pieces this card runs (model.fast_pieces; main prints them once)
+    can = M.fast_pieces(torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
+    if device.type == "cuda" and model.config.attn_impl == "flex" and not can["flex"]:
+        raise UsageError(f"--attn_impl flex needs a card of compute capability "
+                         f"{M.FAST_PIECES['flex'][0]}.0 or more; use --attn_impl sdpa")
+    if device.type == "cuda" and cfg.compile == "true" and not can["compile"]:
+        raise UsageError("--compile true: torch.compile's Triton kernels need compute capability "
+                         "7.0 or more; use --compile auto")
+    compiled = switched_on(cfg.compile, device) and (device.type != "cuda" or can["compile"])
     if compiled:
         # few distinct lengths, few compilations
         objective.pad_multiple = 64
@@ -107,6 +137,14 @@ def use_fast_layer(model, objective, cfg, device):
     # width: the blocks compile once, for any shape (with static shapes the study's ERNIE-GEN
     # pre-training compiled 23 times in 200 steps, 4x slower: bench/RESULTS.md)
     fast.speed_up(model, compile=compiled, dynamic=True)
+    if not switched_on(cfg.pack, device):
+        return None, None
+    # compiled blocks: one row width (fast.SteadyPacking); else the width the attention finds
+    # cheapest for each batch (fast.plan_packing)
+    pack = (fast.SteadyPacking(multiple=64) if compiled
+            else functools.partial(fast.plan_packing, key_cost=fast.key_cost(model)))
+    # a packed batch runs the blocks on its packed rows, unknown to the objective
+    return pack, fast.packed
 
 
 def switched_on(setting, device):
@@ -114,18 +152,7 @@ def switched_on(setting, device):
     return setting == "true" or (setting == "auto" and device.type == "cuda")
 
 
-def packing(cfg, model, device):
-    """--pack: None (one passage a row, the readable layout) or what data.StepBatches does to every
-    training batch: several passages a row, one width where the blocks are compiled
-    (fast.SteadyPacking), else the width the attention finds cheapest (fast.plan_packing)."""
-    if not switched_on(cfg.pack, device):
-        return None
-    if switched_on(cfg.compile, device):
-        return fast.SteadyPacking(multiple=64)
-    return functools.partial(fast.plan_packing, key_cost=fast.key_cost(model))
-
-
-# --- 6. Optimizer and schedule --------------------------------------------------------------------
+# --- 6. Optimizer ---------------------------------------------------------------------------------
 def make_optimizer(model, cfg, device):
     """AdamW; no weight decay on biases, LayerNorms and position/segment/relative-bias tables."""
     no_decay_names = ("pos_emb", "seg_emb", "rel_bias")
@@ -142,33 +169,26 @@ def make_optimizer(model, cfg, device):
                              fused=cuda, foreach=not cuda)
 
 
-def lr_at(step, cfg):
-    """Linear warmup to lr, then linear decay to lr * min_lr_frac at max_steps."""
-    warmup = cfg.warmup_steps if cfg.warmup_steps >= 0 else max(1, cfg.max_steps // 20)
-    if step < warmup:
-        return cfg.lr * (step + 1) / warmup
-    frac = (step - warmup) / max(1, cfg.max_steps - warmup)
-    return cfg.lr * (1 - (1 - cfg.min_lr_frac) * min(1.0, frac))
-
-
+# --- 7. The loop: its state lives in one Run, the steps below are plain functions of it -----------
 class LossModule(torch.nn.Module):
     """The model and the objective's loss as one module: what train_step calls and DDP wraps. DDP
     waits for a gradient of every parameter: the heads a batch may not use (objective.heads) join
-    the loss times zero. docs/how-it-fits-together.md, "Through DDP", follows the call."""
+    the loss times zero. view(model, batch): what the objective sees of the model for a batch (the
+    fast layer's packed view; None: the model). docs/how-it-fits-together.md, "Through DDP"."""
 
-    def __init__(self, model, objective):
+    def __init__(self, model, objective, view=None):
         super().__init__()
         self.model = model
         self.objective = objective
         self.heads = objective.heads(model)
+        self.view = view
 
     def forward(self, batch):
-        # a packed batch (--pack) runs the blocks on its packed rows, unknown to the objective
-        loss, metrics = self.objective.loss(fast.packed(self.model, batch), batch)
+        model = self.model if self.view is None else self.view(self.model, batch)
+        loss, metrics = self.objective.loss(model, batch)
         return loss + 0.0 * sum(p.sum() for p in self.heads), metrics
 
 
-# --- 7. The loop: its state lives in one Run, the steps below are plain functions of it ----------
 @dataclass
 class Run:
     cfg: TrainConfig
@@ -196,21 +216,92 @@ class Run:
     # (1,) tensor: the first step whose loss was not finite (no host sync)
     first_bad: object = None
     recent: dict = field(default_factory=dict)  # step -> its last batch, until the next check
+    scaler: object = None             # torch.amp.GradScaler: fp16's loss scaler (else off)
+    best: dict = None                 # --eval_decode's best score so far: metric, score, step
 
     @property
     def ckpt_path(self):
         return self.out_dir / "ckpt.pt"
 
 
+def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt, pack, view):
+    """The loop's state: the step and data stream it starts at, the log file, the progress bar
+    (pack, view: use_fast_layer's)."""
+    step = 0
+    if cfg.resume:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        step = ckpt["step"]
+        trained_on = len(ckpt["data_state"])
+        if dist_.master and trained_on != dist_.world:
+            # config.shards_per_process shared the step's shards anew
+            print(f"resumed on {dist_.world} process(es) instead of {trained_on}: each step keeps "
+                  f"its {cfg.grad_accum * dist_.world} batches of {cfg.batch_size} examples, now "
+                  f"--grad_accum {cfg.grad_accum} on each process")
+    cuda = dist_.device.type == "cuda"
+    train_model = LossModule(model, objective, view)
+    if dist_.ddp:
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            train_model, device_ids=[dist_.device] if cuda else None, gradient_as_bucket_view=True)
+    run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, splits, out_dir_of(cfg),
+              step=step)
+    steps = data.StepBatches(objective, splits["train"], cfg.batch_size, cfg.grad_accum, cfg.seed,
+                             cfg.max_steps, dist_.rank, dist_.world, start=step,
+                             pack=pack)
+    workers = cfg.workers if cfg.workers >= 0 else (2 if cuda else 0)
+    run.loader = data.batch_loader(steps, workers, pin_memory=cuda)
+    run.stream = iter(run.loader)
+    run.first_bad = torch.tensor([cfg.max_steps + 1], device=dist_.device)
+    if dist_.master:
+        run.log_file = open_log(run.out_dir / "metrics.jsonl", step if cfg.resume else None)
+    show = dist_.master and cfg.progress
+    run.bar = tqdm(total=cfg.max_steps, initial=step, disable=not show, dynamic_ncols=True)
+    run.t_start = run.t_last = time.time()
+    return run
+
+
+def carry_over(run, dtype, ckpt):
+    """What the loop keeps besides the model, the optimizer and the data position: fp16's loss
+    scaler (off in bf16 and fp32: its calls pass through), at the scale a resumed run had reached,
+    and --eval_decode's best score. A fresh run in the folder it overwrites drops its best.pt."""
+    run.scaler = torch.amp.GradScaler(run.dist.device.type, enabled=dtype == "fp16")
+    if run.cfg.resume:
+        # a scaler that was off (bf16, fp32) saved an empty state: this one starts afresh
+        if ckpt.get("scaler"):
+            run.scaler.load_state_dict(ckpt["scaler"])
+        run.best = ckpt.get("best")
+    elif run.dist.master:
+        (run.out_dir / "best.pt").unlink(missing_ok=True)
+
+
+def loop(run, autocast):
+    """Steps until max_steps, --stop_at, a stop request or the time limit; a checkpoint at every
+    interval and at the end. Log, evaluation and checkpoint come in that order after a step."""
+    cfg = run.cfg
+    peak = M.peak_flops(run.dist.device)
+    last = min(cfg.max_steps, cfg.stop_at or cfg.max_steps)
+    while run.step < last and not run.stop:
+        lr = train_step(run, autocast)
+        due = {k: run.step % getattr(cfg, f"{k}_interval") == 0 for k in ("log", "eval", "ckpt")}
+        if not (any(due.values()) or run.step == last):
+            continue
+        check_health(run)
+        end = run.step == last or bool(run.stop)
+        if due["log"] or end:
+            log_step(run, lr, peak)
+        if due["eval"] or end:
+            evaluate_step(run, autocast)
+        if due["ckpt"] or end:
+            checkpoint(run)
+
+
 def train_step(run, autocast):
-    """One optimizer step: forward and backward over the micro-batches, clip, AdamW."""
+    """One optimizer step: forward and backward over the micro-batches, clip, AdamW (through fp16's
+    loss scaler, whose calls pass through in bf16 and fp32)."""
     cfg = run.cfg
     dist_ = run.dist
     lr = lr_at(run.step, cfg)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    # one seed per (step, rank) for dropout: a resumed run replays exactly
-    torch.manual_seed(cfg.seed * 100003 + run.step * dist_.world + dist_.rank)
     # the objective's schedule (set_step) also in this process: its evaluation uses it
     run.objective.set_step(run.step, cfg.max_steps)
     step, batches, skipped = next(run.stream)
@@ -218,33 +309,46 @@ def train_step(run, autocast):
     run.skipped[step % max(1, run.loader.num_workers)] = skipped
     loss_sum = 0.0
     for micro, batch in enumerate(batches):
+        # dropout seeded by the shard (data.StepBatches.shard): a run resumed, even on another
+        # number of processes, replays exactly
+        torch.manual_seed(cfg.seed * 100003 + run.loader.dataset.shard(run.step, micro))
         count_work(run, batch)
         batch = batch.to(dist_.device)
         # DDP all-reduces gradients on the last micro-step only
         sync = micro == cfg.grad_accum - 1
         with (run.train_model.no_sync() if dist_.ddp and not sync else nullcontext()), autocast:
             loss, metrics = run.train_model(batch)
-        (loss / cfg.grad_accum).backward()
+        # fp16: the loss scaled up, so that small gradients do not underflow to 0
+        run.scaler.scale(loss / cfg.grad_accum).backward()
         loss_sum = loss_sum + loss.detach()
         for k, v in metrics.items():
             run.seen.setdefault(k, []).append(v.detach() if torch.is_tensor(v) else v)
-    if cfg.grad_clip > 0:
-        # foreach: one norm over all gradients at once, also on a CPU (the same numbers)
-        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip, foreach=True)
-        # the norm before clipping, logged (a run about to diverge shows it growing first)
-        run.seen.setdefault("grad_norm", []).append(norm.detach())
-    run.optimizer.step()
+    # fp16: the gradients back at their true size before the clip reads them
+    run.scaler.unscale_(run.optimizer)
+    scaled = run.scaler.is_enabled()
+    if cfg.grad_clip > 0 or scaled:
+        # foreach: one norm over all gradients at once, also on a CPU (the same numbers); fp16
+        # without a clip measures it too (no clip: max_norm inf), to count the steps it skips
+        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip or math.inf,
+                                              foreach=True)
+        record_grad_norm(run, norm.detach(), scaled)
+    # fp16: a step whose gradients overflowed is skipped, and the scale halved; else AdamW's step
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
     run.optimizer.zero_grad(set_to_none=True)
-    # remember the first non-finite step on the device: checked at the next log, no sync here
-    finite = torch.isfinite(torch.as_tensor(loss_sum, dtype=torch.float32, device=dist_.device))
-    # (a clamp by a Python number: torch.tensor(step, device=...) would be a copy that waits for the GPU)
-    run.first_bad = torch.where(finite, run.first_bad, run.first_bad.clamp(max=run.step + 1))
-    # what to say about this step if its loss turns out not finite
-    last_ids = batches[-1].input_ids
-    run.recent[run.step + 1] = (tuple(last_ids.shape), last_ids[0, :40].tolist(), loss_sum)
+    watch_loss(run, loss_sum, batches[-1])
     run.step += 1
     run.bar.update(1)
     return lr
+
+
+def lr_at(step, cfg):
+    """Linear warmup to lr, then linear decay to lr * min_lr_frac at max_steps."""
+    warmup = cfg.warmup_steps if cfg.warmup_steps >= 0 else max(1, cfg.max_steps // 20)
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    frac = (step - warmup) / max(1, cfg.max_steps - warmup)
+    return cfg.lr * (1 - (1 - cfg.min_lr_frac) * min(1.0, frac))
 
 
 def count_work(run, batch):
@@ -258,8 +362,28 @@ def count_work(run, batch):
                     flops=n_tokens * run.model.estimate_flops(width, pred_frac))
 
 
-# the exit status of a run stopped by a non-finite loss (a user's mistake is 2): bench/study.py
-# records such a run as diverged instead of trying it again
+def record_grad_norm(run, norm, scaled):
+    """The norm before clipping, logged (a run about to diverge shows it growing first). fp16: a
+    norm that is not finite is a step the scaler skips; noted, and its norm left out of the mean
+    (scaler_record)."""
+    if scaled:
+        skipped = ~torch.isfinite(norm)
+        run.seen.setdefault("skipped", []).append(skipped.float())
+        norm = torch.where(skipped, 0.0, norm)
+    run.seen.setdefault("grad_norm", []).append(norm)
+
+
+def watch_loss(run, loss_sum, last_batch):
+    """Note, on the device, whether this step's loss is finite, and what to say if it is not:
+    check_health reads it at the next log step (one host sync there, none a step)."""
+    finite = torch.isfinite(torch.as_tensor(loss_sum, dtype=torch.float32, device=run.dist.device))
+    # the first non-finite step (a clamp by a Python number: a step tensor would copy to the GPU)
+    run.first_bad = torch.where(finite, run.first_bad, run.first_bad.clamp(max=run.step + 1))
+    ids = last_batch.input_ids
+    run.recent[run.step + 1] = (tuple(ids.shape), ids[0, :40].tolist(), loss_sum)
+
+
+# the exit status of a run stopped by a non-finite loss (the module docstring's contract)
 DIVERGED = 3
 
 
@@ -295,9 +419,12 @@ def log_step(run, lr, peak):
     dt = time.time() - run.t_last
     world = run.dist.world
     tok_s = run.work["tokens"] * world / dt
+    skipped = run.seen.pop("skipped", None)
     record = {"step": run.step, "split": "train", "lr": lr, "tokens_per_s": tok_s,
               "corpus_tokens_per_s": run.work["corpus_tokens"] * world / dt,
-              **{k: float(sum(v)) / len(v) for k, v in run.seen.items()}}
+              **mean_over_ranks(run, {k: float(sum(v)) / len(v) for k, v in run.seen.items()})}
+    if skipped is not None:
+        scaler_record(run, record, skipped)
     shown = {"lr": f"{lr:.1e}", "tok_s": f"{tok_s:,.0f}"}
     if "loss" in record:
         shown["loss"] = f"{record['loss']:.3f}"
@@ -311,10 +438,49 @@ def log_step(run, lr, peak):
     run.t_last = time.time()
 
 
+def mean_over_ranks(run, means):
+    """Each metric's mean over the processes (those that saw it): the run's, not rank 0's share, so
+    that the log reads the same on any number of processes (they hold equal numbers of shards)."""
+    if not run.dist.ddp:
+        return means
+    gathered = [None] * run.dist.world
+    dist.all_gather_object(gathered, means)
+    keys = dict.fromkeys(k for g in gathered for k in g)
+    return {k: sum(g[k] for g in gathered if k in g) / sum(k in g for g in gathered) for k in keys}
+
+
+def scaler_record(run, record, skipped):
+    """fp16: the steps its loss scaler skipped since the last log (a gradient overflowed), the
+    scale now, and grad_norm averaged over the steps taken (a skipped one recorded 0)."""
+    n = len(skipped)
+    k = int(sum(skipped))
+    record.update(skipped_steps=k, loss_scale=run.scaler.get_scale())
+    if "grad_norm" in record:
+        record["grad_norm"] = record["grad_norm"] * n / (n - k) if k < n else float("nan")
+
+
 def write_record(run, record):
     if run.log_file:
         run.log_file.write(json.dumps(record) + "\n")
         run.log_file.flush()
+
+
+def evaluate_step(run, autocast):
+    """The held-out metrics (to metrics.jsonl) and the model's output on one held-out example."""
+    if run.dist.master and run.splits["valid"]:
+        metrics = evaluate(run.model, run.objective, run.splits["valid"], run.cfg, run.dist.device,
+                           autocast)
+        write_record(run, {"step": run.step, "split": "valid", **metrics})
+        shown = {k: v for k, v in metrics.items() if k not in run.objective.tags}
+        run.bar.write(f"step {run.step}: valid "
+                      + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))
+        example = fills_example(run.splits["valid"], run.tok)
+        run.bar.write(show_summary(run.model, run.objective, example) if run.cfg.task == "seq2seq"
+                      else run.objective.show_fills(run.model, example, run.dist.device, autocast))
+        if run.cfg.eval_decode:
+            decode_step(run, autocast)
+    # evaluation time is not training throughput
+    run.t_last = time.time()
 
 
 @torch.no_grad()
@@ -337,54 +503,66 @@ def evaluate(model, objective, examples, cfg, device, autocast):
     return {k: sum(v) / len(v) for k, v in seen.items()}
 
 
-def evaluate_step(run, autocast):
-    """The held-out metrics (to metrics.jsonl) and the model's output on one held-out example."""
-    if run.dist.master and run.splits["valid"]:
-        metrics = evaluate(run.model, run.objective, run.splits["valid"], run.cfg, run.dist.device,
-                           autocast)
-        write_record(run, {"step": run.step, "split": "valid", **metrics})
-        shown = {k: v for k, v in metrics.items() if k not in run.objective.tags}
-        run.bar.write(f"step {run.step}: valid "
-                      + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))
-        example = fills_example(run.splits["valid"], run.tok)
-        run.bar.write(show_summary(run.model, run.objective, example) if run.cfg.task == "seq2seq"
-                      else run.objective.show_fills(run.model, example, run.dist.device, autocast))
-    # evaluation time is not training throughput
-    run.t_last = time.time()
+def decode_step(run, autocast):
+    """--eval_decode N, as the papers choose their checkpoint: the first N held-out sources decoded
+    with the run's beam settings, scored against their targets (ROUGE-1/2/L F with stemming, or
+    BLEU-4), to metrics.jsonl; the best so far kept as best.pt (model_state: what generate.py
+    reads, no resume state), written atomically."""
+    cfg = run.cfg
+    pairs = run.splits["valid"][:cfg.eval_decode]
+    with autocast:
+        hyps = decode([src for src, _ in pairs], run, cfg)
+    preds = [run.tok.decode(h[0][0], skip_special=True) if h else "" for h in hyps]
+    refs = [run.tok.decode(tgt, skip_special=True) for _, tgt in pairs]
+    scores = decode_scores(preds, refs, cfg.eval_metric)
+    key = "rougeL" if cfg.eval_metric == "rouge" else "bleu"
+    better = run.best is None or scores[key] > run.best["score"]
+    if better:
+        run.best = {"metric": key, "score": scores[key], "step": run.step}
+        save_checkpoint(run.out_dir / "best.pt", {**model_state(run), "best": run.best})
+    write_record(run, {"step": run.step, "split": "valid_decode", "sources": len(pairs), **scores,
+                       "best": run.best["score"]})
+    shown = ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
+    kept = ("best so far: best.pt" if better
+            else f"best {run.best['score']:.2f} at step {run.best['step']}")
+    run.bar.write(f"step {run.step}: valid decode of {len(pairs)} sources (beam {cfg.eval_beam}): "
+                  f"{shown}; {kept}")
+
+
+def decode(sources, run, cfg):
+    """The run's decoding of token-id sources (generate.py's readable search)."""
+    return G.generate(run.model, run.objective, sources, beam_size=cfg.eval_beam,
+                      max_len=cfg.eval_max_len, length_penalty=cfg.eval_length_penalty,
+                      batch_size=cfg.batch_size)
+
+
+def decode_scores(preds, refs, metric):
+    """{"rouge1", "rouge2", "rougeL"} F x 100 (Porter-stemmed, as ROUGE-1.5.5 -m), or {"bleu"}."""
+    if metric == "bleu":
+        return {"bleu": E.bleu(preds, refs)}
+    scores = E.rouge(preds, refs, stem=True)
+    return {k: 100 * scores[k]["fmeasure"] for k in ("rouge1", "rouge2", "rougeL")}
 
 
 def checkpoint(run):
-    """Rank 0 writes atomically; the data position is kept for readers (--resume needs the step)."""
-    cfg = run.cfg
+    """Rank 0 writes atomically. data_state: where the next step starts in the data, once a process
+    (their count is what a resume on another number of processes shares each step's shards by)."""
     states = [run.loader.dataset.position(run.step)] * run.dist.world
     if run.dist.master:
         save_checkpoint(run.ckpt_path, dict(
-            model=run.model.state_dict(), model_config=run.model.config.to_dict(),
-            vocab=run.tok.vocab, lowercase=run.tok.lowercase, objective=cfg.objective,
-            objective_options=run.objective.opts, task=cfg.task, train_config=asdict(cfg),
-            optimizer=run.optimizer.state_dict(), step=run.step, data_state=states,
-            rng=dict(python=random.getstate(), torch=torch.get_rng_state())))
+            **model_state(run), optimizer=run.optimizer.state_dict(), data_state=states,
+            rng=dict(python=random.getstate(), torch=torch.get_rng_state()),
+            scaler=run.scaler.state_dict(), best=run.best))
 
 
-def loop(run, autocast):
-    """Steps until max_steps, --stop_at, a stop request or the time limit; a checkpoint at every
-    interval and at the end. Log, evaluation and checkpoint come in that order after a step."""
+def model_state(run):
+    """What every reader of a checkpoint needs: weights, settings, vocabulary (best.pt holds only
+    this, as convert.py strip leaves a checkpoint; ckpt.pt adds the resume state)."""
     cfg = run.cfg
-    peak = M.peak_flops(run.dist.device)
-    last = min(cfg.max_steps, cfg.stop_at or cfg.max_steps)
-    while run.step < last and not run.stop:
-        lr = train_step(run, autocast)
-        due = {k: run.step % getattr(cfg, f"{k}_interval") == 0 for k in ("log", "eval", "ckpt")}
-        if not (any(due.values()) or run.step == last):
-            continue
-        check_health(run)
-        end = run.step == last or bool(run.stop)
-        if due["log"] or end:
-            log_step(run, lr, peak)
-        if due["eval"] or end:
-            evaluate_step(run, autocast)
-        if due["ckpt"] or end:
-            checkpoint(run)
+    return dict(model=run.model.state_dict(), model_config=run.model.config.to_dict(),
+                vocab=run.tok.vocab, lowercase=run.tok.lowercase, objective=cfg.objective,
+                objective_options=run.objective.opts, task=cfg.task, train_config=asdict(cfg),
+                step=run.step)
 
 
 # --- 8. The end -----------------------------------------------------------------------------------
@@ -405,6 +583,8 @@ def finish(run):
         check_replicas_agree(run.model, run.dist)
     if not run.dist.master:
         return
+    # the summary's lines after the progress bar's, never on it
+    run.bar.close()
     skipped = Counter()
     for counts in run.skipped.values():
         skipped.update(counts)
@@ -414,6 +594,19 @@ def finish(run):
           f"checkpoint {run.ckpt_path}; metrics {run.out_dir / 'metrics.jsonl'}")
     print(f"continue with: {resume_command(run.cfg, run.dist.world)}"
           if run.step < run.cfg.max_steps else f"next: {next_command(run.cfg)}")
+
+
+def cleanup(run):
+    if run is None:
+        return
+    # the DataLoader's workers end with it
+    run.stream = run.loader = None
+    if run.bar is not None:
+        run.bar.close()
+    if run.log_file:
+        run.log_file.close()
+    if run.dist.ddp:
+        dist.destroy_process_group()
 
 
 # --- The run, phase by phase ----------------------------------------------------------------------
@@ -432,6 +625,8 @@ def main(argv):
     torch.manual_seed(cfg.seed)
     # 3. start point
     ckpt, cfg, obj_opts = start_point(cfg, model_flags, obj_flags, given, dist_.world)
+    # the precision this device computes in (a resumed run's --dtype is its own)
+    dtype = pick_dtype(cfg, dist_.device)
     model_dict = model_settings(cfg, model_flags, ckpt)
     resolve_defaults(cfg, model_dict, given, ckpt)
     # 4. data, and what the objective prepares from it (rank 0 builds the caches, the others read)
@@ -440,7 +635,7 @@ def main(argv):
                                                 show=cfg.progress and dist_.master)
     # 5. model, and on a GPU the fast layer
     model, objective = build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_)
-    use_fast_layer(model, objective, cfg, dist_.device)
+    pack, view = use_fast_layer(model, objective, cfg, dist_.device)
     # 6. optimizer
     optimizer = make_optimizer(model, cfg, dist_.device)
     # 7. the loop, interruptible: Ctrl-C or SIGTERM end it cleanly with a checkpoint (caught from
@@ -448,14 +643,17 @@ def main(argv):
     handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     run = None
     try:
-        run = start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt)
+        run = start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt, pack, view)
+        carry_over(run, dtype, ckpt)
         del ckpt
         if dist_.master:
             print(f"unigen | {cfg.objective} / {cfg.task} | {model.describe()} | vocab {len(tok)} "
-                  f"| {dist_.world} process(es) on {dist_.device} | data: {info}")
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if dist_.device.type == "cuda"
-                    else nullcontext())
-        loop(run, autocast)
+                  f"| {dist_.world} process(es) on {dist_.device}, {dtype} | data: {info}")
+            if dist_.device.type == "cuda":
+                print(M.describe_fast_pieces(torch.cuda.get_device_capability(dist_.device)))
+            if cfg.resume:
+                print(f"resumed at step {run.step} of {cfg.max_steps} ({run.ckpt_path})")
+        loop(run, M.autocast(dist_.device, dtype))
         # 8. the end
         finish(run)
         stopped_by = STOP_SIGNAL[0] if STOP_SIGNAL else None
@@ -469,48 +667,8 @@ def main(argv):
         raise SystemExit(128 + signal.Signals[stopped_by].value)
 
 
-def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt):
-    """The loop's state: the step and data stream it starts at, the log file, the progress bar."""
-    step = 0
-    if cfg.resume:
-        optimizer.load_state_dict(ckpt["optimizer"])
-        step = ckpt["step"]
-    cuda = dist_.device.type == "cuda"
-    train_model = LossModule(model, objective)
-    if dist_.ddp:
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            train_model, device_ids=[dist_.device] if cuda else None, gradient_as_bucket_view=True)
-    run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, splits, out_dir_of(cfg),
-              step=step)
-    steps = data.StepBatches(objective, splits["train"], cfg.batch_size, cfg.grad_accum, cfg.seed,
-                             cfg.max_steps, dist_.rank, dist_.world, start=step,
-                             pack=packing(cfg, model, dist_.device))
-    workers = cfg.workers if cfg.workers >= 0 else (2 if cuda else 0)
-    run.loader = data.batch_loader(steps, workers, pin_memory=cuda)
-    run.stream = iter(run.loader)
-    run.first_bad = torch.tensor([cfg.max_steps + 1], device=dist_.device)
-    if dist_.master:
-        run.log_file = open_log(run.out_dir / "metrics.jsonl", step if cfg.resume else None)
-    show = dist_.master and cfg.progress
-    run.bar = tqdm(total=cfg.max_steps, initial=step, disable=not show, dynamic_ncols=True)
-    run.t_start = run.t_last = time.time()
-    return run
-
-
-def cleanup(run):
-    if run is None:
-        return
-    # the DataLoader's workers end with it
-    run.stream = run.loader = None
-    if run.bar is not None:
-        run.bar.close()
-    if run.log_file:
-        run.log_file.close()
-    if run.dist.ddp:
-        dist.destroy_process_group()
-
-
 if __name__ == "__main__":
+    one_line_warnings("train.py")
     try:
         main(sys.argv[1:])
     except UsageError as e:

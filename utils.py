@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,11 @@ def exit_with_error(prog, error):
     """The one style for a user mistake on every command line: one line on stderr, exit status 2."""
     print(f"{prog}: error: {error}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def one_line_warnings(prog):
+    """Warnings as `prog: warning: message`, one line: no library file path, no source line."""
+    warnings.formatwarning = lambda message, *args, **kwargs: f"{prog}: warning: {message}\n"
 
 
 def check_at_least(settings, **lows):
@@ -179,7 +185,6 @@ def read_checkpoint(path, device="cpu"):
     "objective", "objective_options", "task", the resume state), by torch.load(weights_only=True).
     A missing, foreign or truncated file, or a pickle that could run code, is a UsageError."""
     import pickle
-    import warnings
     import torch
     if not os.path.isfile(path):
         raise UsageError(f"checkpoint not found: {path}")

@@ -1,32 +1,31 @@
 """Decoding speed: generate.py with the KV cache (replayed as CUDA graphs, or eager) vs without it, and Hugging Face
 BART-base, same shapes.
 
-Setting (the issue's): the BASE preset (12 layers, 768 wide, vocab 30522), batch 32, 512-token sources, exactly 64 new
-tokens (min_len = max_len = 64), beam 5, trigram blocking. Hugging Face `BartForConditionalGeneration(BartConfig())`
+Setting: the BASE preset (12 layers, 768 wide, vocab 30522), batch 32, 512-token sources, exactly 64 new tokens
+(min_len = max_len = 64), beam 5, trigram blocking. Hugging Face `BartForConditionalGeneration(BartConfig())`
 (bart-base's shape: 6 + 6 layers, 768 wide, random weights) decodes the same shapes with num_beams 5,
 no_repeat_ngram_size 3, min_new_tokens = max_new_tokens = 64. On CUDA both run with bf16 weights. Each row: one
 warm-up call, then the median of --repeats timed calls (torch.cuda.synchronize around each). Random weights are
 fine: with [EOS] blocked until the last token, the work per call does not depend on what is generated.
-Our rows: "KV cache + whole-step CUDA graph" (what generate.py runs on CUDA: the fast layer's fast.StaticStep with
-fast.beam_search, the model step and the search's bookkeeping of a step in ONE CUDA graph, fast/beam.py's WholeStep;
-every call captures its graph, so that cost is in the time), "KV cache + CUDA graph + device search" (the same with
-fast.beam.WHOLE_STEP off: the model step alone in a CUDA graph, the bookkeeping launched kernel by kernel, no host
-sync a step), "KV cache + CUDA graph" (the model step's graph with generate's readable beam_search:
-fast_search=False), "KV cache" (cuda_graph=False: the readable model.KVCache and search, eager),
-"no cache" (recomputation). Without CUDA (--tiny on a CPU) the graph rows are left out (no graph runs there) and
-"KV cache + device search" (fast_search=True on the readable cache) stands in. The model gets fast.speed_up's pieces
-as generate.py's command line gives them (on CUDA: Triton's copy scores where triton imports, --copy_scores).
+Our rows: "KV cache + whole-step CUDA graph" (what generate.py runs on CUDA: fast.decoding(), the fast layer's
+StaticDecoder with fast.beam_search, the model step and the search's bookkeeping of a step in ONE CUDA graph,
+fast/beam.py's WholeStep; every call captures its graph, so that cost is in the time), "KV cache + CUDA graph +
+device search" (the same with fast.beam.WHOLE_STEP off: the model step alone in a CUDA graph, the bookkeeping
+launched kernel by kernel, no host sync a step), "KV cache + CUDA graph" (the model step's graph with generate's
+readable beam_search), "KV cache" (generate.READABLE: the readable model.KVCache and search, eager), "no cache"
+(recomputation). Without CUDA (--tiny on a CPU) the graph rows are left out (no graph runs there) and "KV cache +
+device search" (fast.beam_search on the readable cache) stands in. The model gets fast.speed_up's pieces as
+generate.py's command line gives them (on CUDA: Triton's copy scores where triton imports, --copy_scores).
 
 Run:  python bench/bench_generate.py                  # on a GPU; prints a markdown table, writes $OUT/*.json
       python bench/bench_generate.py --tiny           # a seconds-long CPU smoke run of the same code
       python bench/bench_generate.py --profile --no_nocache --no_bart   # where each decoding step's time goes
-Goals (the issues): cache >= 5x no-cache; ours >= 1.0x BART-base sentences/s; the CUDA graph removes the launch
-overhead that dominates the eager cached step; beam 5 >= 3x BART-base (issue 21: the whole-step graph's row).
 --rows picks rows (with --profile: `--rows whole,device --profile` shows where a step goes with and without the
 whole-step graph).
 Left out: quality (random weights), sampling, batch-size sweeps (pass --batch), torch.compile.
 """
 import argparse
+import functools
 import json
 import os
 import random
@@ -90,6 +89,14 @@ def label(use_cache, cuda_graph, fast_search, whole_step=False, group_beams=True
     return name + " + device search" if fast_search else name
 
 
+def decoding_of(cuda_graph, fast_search):
+    """A row's generate.Decoding: the static decoder replayed as a CUDA graph or the readable one, and the fast
+    layer's searches or the readable ones."""
+    decoder = functools.partial(fast.StaticDecoder, graphed=True) if cuda_graph else G.Decoder
+    searches = (fast.greedy, fast.beam_search) if fast_search else (G.greedy, G.beam_search)
+    return G.Decoding(decoder, *searches)
+
+
 def bench_ours(args, device, dtype, name, use_cache, cuda_graph, fast_search, whole_step, group_beams):
     # fast.beam_search's switch: the whole step in one graph, or the model step's graph alone
     default = FB.WHOLE_STEP, FB.GROUP_BEAMS
@@ -115,16 +122,11 @@ def bench_row(args, device, dtype, name, use_cache, cuda_graph, fast_search, who
                for _ in range(args.batch)]
     run = lambda: G.generate(model, obj, sources, beam_size=args.beam, max_len=args.new_tokens,
                              min_len=args.new_tokens, no_repeat_ngram=3, use_cache=use_cache, batch_size=args.batch,
-                             cuda_graph=cuda_graph, fast_search=fast_search)
+                             decoding=decoding_of(cuda_graph, fast_search))
     median, times, out = timed(run, args.repeats, device)
     what = label(use_cache, cuda_graph, fast_search, whole_step, group_beams)
     if args.profile:
         profile_call(run, device, f"{name} ({what})", args.new_tokens)
-    if args.phases and whole_step and cuda_graph:
-        spent = phases_call(run, device)
-        print(f"\n### phases, {name} ({what}), one call\n| phase | ms | share |\n|---|---|---|")
-        for phase, sec in spent.items():
-            print(f"| {phase} | {sec * 1000:.1f} | {sec / spent['whole call']:.0%} |")
     lengths = {len(h[0][0]) for h in out}
     assert lengths == {args.new_tokens}, f"expected exactly {args.new_tokens} new tokens, got lengths {lengths}"
     return dict(system=f"unigen {name} ({what})", seconds=median, times=times,
@@ -153,49 +155,6 @@ def profile_call(run, device, title, steps):
     cpu = [e for e in events if e.device_type.name == "CPU"]
     for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:25]:
         print(f"| {e.key[:80]} | {e.count / steps:.1f} | {e.self_cpu_time_total / steps / 1000:.3f} |")
-
-
-def phases_call(run, device):
-    """One more call with a clock around each phase of a whole-step search (device-synchronised before
-    and after each, so the phases add up to the call): the Decoder (cache allocated, source encoded),
-    the rows made beams, step 0 (eager), the first later step (warm-up run + CUDA graph capture), the
-    replays, the host's finished lists -> {phase: seconds}."""
-    spent = {}
-
-    def clocked(fn, name_of):
-        def wrapper(*a, **k):
-            name = name_of(*a, **k)
-            if name is None:
-                # a later step, inside the graph's capture (no sync there): the replays' clock holds it
-                return fn(*a, **k)
-            sync(device)
-            t0 = time.perf_counter()
-            out = fn(*a, **k)
-            sync(device)
-            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
-            return out
-        return wrapper
-    patches = [(G.Decoder, "__init__", lambda *a, **k: "source pass (Decoder)"),
-               (G, "start_beams", lambda *a, **k: "rows made beams (start_beams)"),
-               (FB.WholeStep, "step", lambda self, first=False: "step 0 (eager)" if first else None),
-               (FB.StepGraph, "__call__", lambda self: "replays" if self.graph is not None
-                else "first later step (warm-up + capture)"),
-               (FB, "finished_lists", lambda *a, **k: "finished lists (host)")]
-    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
-    for obj, attr, name_of in patches:
-        setattr(obj, attr, clocked(getattr(obj, attr), name_of))
-    try:
-        sync(device)
-        t0 = time.perf_counter()
-        run()
-        sync(device)
-        total = time.perf_counter() - t0
-    finally:
-        for obj, attr, fn in saved:
-            setattr(obj, attr, fn)
-    spent["the rest"] = total - sum(spent.values())
-    spent["whole call"] = total
-    return spent
 
 
 def bench_bart(args, device, dtype):
@@ -239,8 +198,6 @@ def main():
                    help="PALM's copy scores on CUDA (fast.speed_up's)")
     p.add_argument("--no_nocache", action="store_true", help="skip the (slow) no-cache rows")
     p.add_argument("--profile", action="store_true", help="profile one more call of each row: where a step goes")
-    p.add_argument("--phases", action="store_true",
-                   help="the whole-step row: one more call timed phase by phase (source pass, capture, replays)")
     args = p.parse_args()
     args.preset, args.vocab = "base", 30522
     if args.tiny:

@@ -82,12 +82,13 @@ def shape(batch):
     return batch.extras.get("pack_shape", tuple(batch.input_ids.shape))
 
 
-def timed(step_fn, batches, warmup, device):
+def timed(step_fn, batches, warmup, device, settle=False):
     """Median seconds of one step over batches[warmup:] (device-synchronised). Every shape of the timed batches
-    is compiled before the clock starts: the warm-up batches, then one timed batch of each shape not seen yet."""
+    is compiled before the clock starts: the warm-up batches, then one timed batch of each shape not seen yet
+    (settle: every batch once, so that a CUDA-graph step has captured every graph it replays)."""
     seen = {shape(b) for b in batches[:warmup]}
     first_of_shape = {shape(b): b for b in reversed(batches[warmup:]) if shape(b) not in seen}
-    for b in batches[:warmup] + list(first_of_shape.values()):
+    for b in batches if settle else batches[:warmup] + list(first_of_shape.values()):
         step_fn(b)
     sync(device)
     if device.type == "cuda":
@@ -120,9 +121,10 @@ def matmul_peak(device):
 
 
 def build_step(name, impl, options, tok, examples, args, device, preset=None, batch=None, pack=False,
-               dynamic=False):
+               dynamic=False, graph=False):
     """A model, its objective, warm-up + timed batches already on the device, and one training step on them.
-    pack: several passages a row (train.py --pack true); dynamic: the blocks compiled for any shape."""
+    pack: several passages a row (train.py --pack true); dynamic: the blocks compiled for any shape; graph: the
+    forward, loss and backward replayed as a CUDA graph at a steady padded shape (fast/train_graph.py)."""
     preset = preset or args.preset
     batch_size = batch or args.batch
     copy_scores, options = split_options(options)
@@ -158,25 +160,36 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     def forward(b):
         return obj.loss(fast.packed(model, b), b)[0]
     if whole:
-        # the candidate of issue 21 item 2: one graph for embeddings, blocks, heads and loss (fewer launches)
+        # --whole: one graph for embeddings, blocks, heads and loss (fewer launches)
         forward = torch.compile(forward, mode=None if whole == "default" else whole)
 
+    graphed = None
+    if graph:
+        import train
+        from fast import train_graph
+        graphed = train_graph.GraphedLoss(train.LossModule(model, obj), tok.pad_id)
+
     def step(b):
-        with autocast:
-            loss = forward(b)
-        loss.backward()
+        if graphed is not None:
+            graphed(b)
+        else:
+            with autocast:
+                loss = forward(b)
+            loss.backward()
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        # a graph adds into the same gradient tensors every replay: zeroed, never dropped
+        opt.zero_grad(set_to_none=graphed is None)
 
     return dict(model=model, obj=obj, batches=batches, step=step, compiled=compiled, make_ms=make_ms,
                 batch=batch_size)
 
 
-def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None, pack=False):
+def bench_objective(name, impl, options, label, tok, examples, args, device, preset=None, batch=None, pack=False,
+                    graph=False):
     s = build_step(name, impl, options, tok, examples, args, device, preset, batch, pack,
-                   dynamic=args.dynamic)
+                   dynamic=args.dynamic, graph=graph)
     model, obj, batches = s["model"], s["obj"], s["batches"]
-    sec = timed(s["step"], batches, args.warmup, device)
+    sec = timed(s["step"], batches, args.warmup, device, settle=graph)
     timed_batches = batches[args.warmup:]
     rows = sum(b.n_tokens for b in timed_batches) / args.steps
     corpus_rows = sum(obj.corpus_tokens(b) for b in timed_batches) / args.steps
@@ -186,6 +199,7 @@ def bench_objective(name, impl, options, label, tok, examples, args, device, pre
     flops = sum(b.n_tokens * model.estimate_flops(width, int((b.labels != -100).sum()) / b.n_tokens)
                 for b, (_, width) in zip(timed_batches, shapes)) / args.steps
     label += (" packed" if pack else "") + (f" whole ({args.whole})" if getattr(args, "whole", "") else "")
+    label += " CUDA graph" if graph else ""
     return dict(label=label, impl=impl, compiled=s["compiled"],
                 seq=max(width for _, width in shapes), batch=s["batch"], rows=sum(n for n, _ in shapes) / args.steps,
                 padding=1 - rows * args.steps / slots, tokens_s=rows / sec, corpus_tokens_s=corpus_rows / sec,
@@ -244,22 +258,12 @@ def bench_hf(args, device, vocab, compiled):
 
 def bench_loop(name, options, label, args, device, pack=False):
     """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl.
-    pack: False, True (train.py --pack true) or an int m (--pack true with plan_packing's cheapest
-    width per batch, a multiple of m, in place of train.packing's one width: the candidate it measures),
-    or "within5" (each batch at its cheapest width x64 whose rows are at most 5% padding)."""
+    pack: train.py --pack true."""
     import train
-    packing, speed_up = train.packing, fast.speed_up
+    speed_up = fast.speed_up
     copy_scores, options = split_options(options)
     # train.py's fast.speed_up with this run's copy scores
     fast.speed_up = functools.partial(speed_up, copy_scores=copy_scores)
-    if isinstance(pack, tuple):                # ("steady", m): train.py's one width, a multiple of m
-        train.packing = lambda cfg, model, device: fast.SteadyPacking(multiple=pack[1])
-    elif pack == "within5":                    # each batch at its cheapest width x64 with <= 5% padding
-        train.packing = lambda cfg, model, device: functools.partial(
-            fast.plan_packing, multiple=64, key_cost=fast.key_cost(model), max_padding=0.05)
-    elif pack is not True and pack:
-        train.packing = lambda cfg, model, device: functools.partial(fast.plan_packing, multiple=pack,
-                                                                     key_cost=fast.key_cost(model))
     out = Path(tempfile.mkdtemp(prefix=f"loop-{name}-"))
     flags = ["--objective", name, "--preset", args.preset, "--vocab_size", str(args.vocab), "--seq_len",
              str(args.seq_len), "--batch_size", str(args.batch), "--max_steps", str(args.loop_steps),
@@ -276,10 +280,8 @@ def bench_loop(name, options, label, args, device, pack=False):
     try:
         train.main(flags)
     finally:
-        train.packing, fast.speed_up = packing, speed_up
-    suffix = (f" packed, one width x{pack[1]}" if isinstance(pack, tuple)
-              else " packed, cheapest x64 within 5%" if pack == "within5"
-              else {False: "", True: " packed"}.get(pack, f" packed, cheapest width x{pack}"))
+        fast.speed_up = speed_up
+    suffix = " packed" if pack else ""
     print(f"{label}{suffix}: the blocks compiled "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -332,12 +334,11 @@ def main():
     ap.add_argument("--eager", action="store_true", help="no compiled blocks")
     ap.add_argument("--whole", default="", help="torch.compile the whole forward + loss with this mode (default, "
                                                 "max-autotune-no-cudagraphs, ...) instead of the blocks alone")
-    ap.add_argument("--pack", choices=["off", "on", "both", "widths", "steady", "layouts"], default="off",
-                    help="several passages a row (train.py --pack): off, on, or both in one run; widths (--part "
-                         "loop): off, on and on with the cheapest width per batch, a multiple of each --multiples; "
-                         "steady (--part loop): off, on (train.py's one width, x64) and one width x each other --multiples; "
-                         "layouts (--part loop): off, on, the cheapest width x64 per batch, the cheapest within 5%% padding")
-    ap.add_argument("--multiples", default="8,16,64", help="--pack widths / steady: the widths' multiples")
+    ap.add_argument("--pack", choices=["off", "on", "both"], default="off",
+                    help="several passages a row (train.py --pack): off, on, or both in one run")
+    ap.add_argument("--graph", choices=["off", "on", "both"], default="off",
+                    help="bare steps: forward, loss and backward as a CUDA graph at a steady padded shape "
+                         "(fast/train_graph.py; one passage a row): off, on, or both in one run")
     ap.add_argument("--dynamic", action="store_true",
                     help="compile the blocks for dynamic shapes (one kernel for every packed shape)")
     ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
@@ -356,12 +357,10 @@ def main():
         name += f" (capped at {args.memory_gib:g} GiB)"
     peak = M.peak_flops(device)
     only = set(args.only.split(",")) - {""}
-    packs = {"off": (False,), "on": (True,), "both": (False, True), "widths": (False, True),
-             "steady": (False, True), "layouts": (False, True, 64, "within5")}[args.pack]
-    if args.pack == "widths":
-        packs += tuple(int(m) for m in args.multiples.split(","))
-    if args.pack == "steady":
-        packs += tuple(("steady", int(m)) for m in args.multiples.split(",") if int(m) != 64)
+    packs = {"off": (False,), "on": (True,), "both": (False, True)}[args.pack]
+    graphs = {"off": (False,), "on": (True,), "both": (False, True)}[args.graph]
+    if args.graph != "off" and (args.pack != "off" or device.type != "cuda"):
+        ap.error("--graph needs a CUDA device and one passage a row (--pack off)")
     tok, examples = corpus(args)
     rows, measured = [], {}
     if args.part == "bare":
@@ -369,9 +368,10 @@ def main():
         for impl in args.impls.split(","):
             for obj_name, options, label in RUNS:
                 for pack in packs:
-                    if not only or label in only:
-                        attempt(rows, bench_objective, obj_name, impl, options, label, tok, examples, args, device,
-                                pack=pack)
+                    for graph in graphs:
+                        if not only or label in only:
+                            attempt(rows, bench_objective, obj_name, impl, options, label, tok, examples, args,
+                                    device, pack=pack, graph=graph)
         for compiled in (() if args.no_hf else (False, True)):
             attempt(rows, bench_hf, args, device, len(tok), compiled)
     elif args.part == "loop":

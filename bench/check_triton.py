@@ -1,28 +1,32 @@
-"""fast/triton_bias.py (the Triton attention with the relative bias) against the readable path.
+"""The optional Triton kernels of fast/ against the readable path, on a GPU or under Triton's CPU interpreter.
 
-    python bench/check_triton.py            # a CPU: Triton's interpreter (TRITON_INTERPRET=1)
-    python bench/check_triton.py --base     # a GPU: also base size (B 8, H 12, L 704, D 64)
-    python bench/check_triton.py --build    # no GPU needed: build the kernels for sm_90, spills
+    python bench/check_triton.py                 # both kernels; a CPU: Triton's interpreter (TRITON_INTERPRET=1)
+    python bench/check_triton.py bias --base     # the attention only; also at base size (slow without a GPU)
+    python bench/check_triton.py additive        # PALM's copy scores only
+    python bench/check_triton.py --build         # no GPU needed: build the kernels for sm_90, report spills
 
-Needs triton (pip install triton; not a requirement of the project). Checks, each against
-model.naive_attention with Transformer.encode's dense mask (masks.attention_mask, padding queries
+Needs triton (pip install triton; not a requirement of the project). bench/check_cuda.py runs check() and
+check_additive() on a GPU. Prints a table; exits 1 if a check fails, 2 without triton.
+
+bias: fast/triton_bias.py (the attention with UniLMv2's relative bias and the mask rule inside the tiles), each
+check against model.naive_attention with Transformer.encode's dense mask (masks.attention_mask, padding queries
 seeing themselves) and bias (RelativePositionBias, -inf where the mask says no):
-  - the attention output and the gradients of q, k, v and the bias table, fp32 and bf16 (bf16: the
-    kernel on bf16 inputs against the naive path in fp32 on the same inputs, and the naive path in
-    bf16 beside it for scale), on UniLMv2's real pre-training layouts (pmlm.make_batch), ERNIE-GEN's
-    (every kind, span flow included), random kinds and steps with padding, and packed rows
-    (several passages a row, MaskSpec.passage where objectives/masks.py has it); dQ and the table's
-    gradient with each way the dQ kernel sums it by bucket (FBA.TABLE_GRADIENT: prefix sums where
-    a key tile's positions are consecutive, the loop over buckets), and once with buckets that are
-    not runs of distances (the loop everywhere);
-  - that fully masked tiles are skipped: NaN in the keys and values that only such tiles hold
-    leaves the other rows' output and dQ finite;
-  - packed rows through the model (fast.plan_packing, where fast/ has it): loss and gradients;
-  - the whole model (pmlm, 2 layers; --base: the base preset too) through fast.use_triton_bias
-    against the naive path: final states and every parameter's gradient (fp32); on a GPU also the
+  - the output and the gradients of q, k, v and the bias table, fp32 (against float64) and bf16 (the kernel on
+    bf16 inputs against the naive path in fp32 on the same inputs, the naive path in bf16 beside it for scale),
+    on UniLMv2's and ERNIE-GEN's real pre-training layouts, random kinds with padding, and packed rows; dQ and the
+    table's gradient with each way the dQ kernel sums it by bucket (FBA.TABLE_GRADIENT: prefix sums where a key
+    tile's positions are consecutive, the loop over buckets), and once with buckets that are not runs of distances;
+  - that fully masked tiles are skipped: NaN in the keys and values only such tiles hold leaves the rest finite;
+  - packed rows (fast.plan_packing) and the whole pmlm model (2 layers; --base: the base preset too) through
+    fast.use_triton_bias against the naive path: loss, final states and every gradient (fp32); on a GPU also the
     final states under bf16 autocast and with compiled blocks against eager ones.
-Prints a table; exits 1 if a check fails, 2 without triton. bench/check_cuda.py runs check() on a
-GPU.
+additive: fast/triton_additive.py (PALM's copy scores, Eq. 3) against model.additive_scores:
+  - the scores and the gradients of hm, ws and w in float64, at shapes some of which are not multiples of the
+    tiles (fp32 inputs: 1e-5; bf16 hm and ws: 1e-2, model.additive_scores in bf16 beside it for scale); --base
+    also B 8, S 400, T 100, d 768; on a GPU also TANH "approx" (tanh.approx.f32) on bf16 inputs;
+  - large |hm + ws| (tanh at +-1, exp2 overflowing): finite, and equal to the reference;
+  - PALM's loss and every gradient through a small model with fast.use_triton_additive on and off (fp32), the
+    copy scores at once and in checkpointed chunks (palm's copy_chunk).
 """
 import argparse
 import copy
@@ -34,8 +38,8 @@ from pathlib import Path
 import torch
 
 if not torch.cuda.is_available() and "--build" not in sys.argv:
-    # before triton is imported (newer Triton fixes the mode at import): the kernels with numpy on
-    # the CPU; --build wants the compiler
+    # before triton is imported (newer Triton fixes the mode at import): the kernels with numpy on the CPU;
+    # --build wants the compiler
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,11 +48,14 @@ from objectives import get_objective                       # noqa: E402
 from objectives import masks                               # noqa: E402
 
 
-TILE_NOTE = "32 x 32 tiles empty / partial / full"
-
-
 def rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+# --------------------------------------------------------------------------------------------------
+# bias: fast/triton_bias.py
+
+TILE_NOTE = "32 x 32 tiles empty / partial / full"
 
 
 def dense_reference(rel_bias, pos, kind, step, passage):
@@ -63,19 +70,11 @@ def dense_reference(rel_bias, pos, kind, step, passage):
     return allowed, bias
 
 
-def spec_of(kind, step, passage):
-    spec = masks.MaskSpec(kind, step)
-    if passage is not None:
-        # objectives/masks.py with packing has the field; without it, the kernel's own argument
-        object.__setattr__(spec, "passage", passage)
-    return spec
-
-
 def inputs_for(rel_bias, pos, kind, step, passage):
     from fast import triton_bias as FBA
     holder = torch.nn.Module()
     holder.rel_bias = rel_bias
-    return FBA.inputs(holder, pos, spec_of(kind, step, passage))
+    return FBA.inputs(holder, pos, masks.MaskSpec(kind, step, passage))
 
 
 def run(fn, q, k, v, table, g):
@@ -398,7 +397,7 @@ def check_build(rows):
 
 
 def check(dev, base=False):
-    """Every check on device dev -> (rows, ok)."""
+    """Every check of fast/triton_bias.py on device dev -> (rows, ok)."""
     rows, ok = [], True
     small = [("pmlm batch", objective_layout("pmlm", 2, 150)),
              ("ernie_gen batch", objective_layout("ernie_gen", 2, 50)),
@@ -413,39 +412,181 @@ def check(dev, base=False):
                       rows=rows)
     ok &= check_skipping(dev, rows)
     ok &= check_model(dev, rows)
-    import fast
-    if hasattr(fast, "plan_packing"):                      # fast/ with packing (train.py --pack)
-        ok &= check_packed_model(dev, rows)
+    ok &= check_packed_model(dev, rows)
     if base:
         ok &= check_model(dev, rows, preset="base", text=509, batch=4)
     return rows, ok
 
 
+# --------------------------------------------------------------------------------------------------
+# additive: fast/triton_additive.py
+
+def scores_and_grads(fn, hm, ws, w, g):
+    """fn(hm, ws, w) -> [e, d hm, d ws, d w] for the upstream gradient g."""
+    hm, ws, w = (x.detach().requires_grad_() for x in (hm, ws, w))
+    e = fn(hm, ws, w)
+    grads = torch.autograd.grad(e, (hm, ws, w), g.to(e.dtype))
+    return [e.detach()] + list(grads)
+
+
+def compare_additive(label, B, T, S, d, dev, rows, scale=1.0, seed=0,
+            limits=((torch.float32, 1e-5), (torch.bfloat16, 1e-2))):
+    """The kernel against model.additive_scores in float64 on (B, T, S, d): fp32 and bf16 inputs
+    (w fp32, as the parameter in training). scale: the size of hm and ws (large: tanh saturates).
+    limits: (dtype of hm and ws, largest relative error) of each run."""
+    from fast import triton_additive as TA
+    g_ = torch.Generator().manual_seed(seed)
+    x = [torch.randn(*shape, generator=g_) for shape in ((B, S, d), (B, T, d), (d,), (B, T, S))]
+    hm, ws, w, g = (t.to(dev) for t in x)
+    hm, ws = hm * scale, ws * scale
+    ok = True
+    for dtype, limit in limits:
+        hm_, ws_ = hm.to(dtype), ws.to(dtype)
+        # the reference on the very values the kernel reads, in float64
+        want = scores_and_grads(M.additive_scores, hm_.double(), ws_.double(), w.double(),
+                                g.double())
+        got = scores_and_grads(TA.additive_scores, hm_, ws_, w, g)
+        if dtype == torch.bfloat16:
+            ref16 = scores_and_grads(M.additive_scores, hm_, ws_, w, g)
+        for i, name in enumerate(("e", "d hm", "d ws", "d w")):
+            err = rel(got[i], want[i])
+            # the scores fp32, each gradient in its input's dtype
+            dtype_ok = got[i].dtype == (torch.float32, hm_.dtype, ws_.dtype, w.dtype)[i]
+            good = err < limit and bool(torch.isfinite(got[i]).all()) and dtype_ok
+            ok &= good
+            note = "" if dtype_ok else f" (dtype {got[i].dtype})"
+            if dtype == torch.bfloat16:
+                note += f" (model.additive_scores in bf16: {rel(ref16[i], want[i]):.1e})"
+            rows.append((label, f"{name}, hm/ws {str(dtype)[6:]}", f"{err:.2e}{note}", good))
+    return ok
+
+
+def check_palm_model(dev, rows):
+    """PALM's loss and every parameter's gradient with fast.use_triton_additive on and off (fp32,
+    a small model, the copy head chunked and checkpointed as in training where palm does)."""
+    import fast
+    from bench.bench_generate import synthetic_tokenizer
+    from bench.bench_train import passages
+    tok = synthetic_tokenizer(200)
+    obj = get_objective("palm", tok, max_len=512)
+    obj.set_step(10, 10)                                   # stage 2: the copy head at work
+    cfg = M.ModelConfig(vocab_size=len(tok), n_layer=2, n_head=2, n_embd=64, ffn_dim=128,
+                        dropout=0.0, **obj.model_defaults)
+    torch.manual_seed(0)
+    model = M.Transformer(cfg).to(dev)
+    b = obj.make_batch(passages(2, 60, len(tok), random.Random(1)), random.Random(1)).to(dev)
+    ok = True
+    # copy_chunk 5: the scores 5 steps at a time, checkpointed (the op runs again in backward)
+    for chunk in (0, 5):
+        obj.copy_chunk = chunk
+        outs = []
+        for triton in (False, True):
+            fast.use_triton_additive(model, triton)
+            model.zero_grad(set_to_none=True)
+            loss, _ = obj.loss(model, b)
+            loss.backward()
+            grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+            outs.append((loss.detach(), grads))
+        err = max(rel(outs[1][0], outs[0][0]), rel(outs[1][1], outs[0][1]))
+        good = err < 1e-5
+        ok &= good
+        rows.append(("palm model", f"copy_chunk {chunk}: triton vs readable copy scores, loss and "
+                     "every gradient, fp32", f"{err:.2e}", good))
+    return ok
+
+
+def check_build_additive(rows):
+    """Build the three kernels for an H100 (sm_90) without one, with triton's own ptxas. Reports
+    each kernel's registers and stack bytes a thread (0: everything in registers)."""
+    from fast import triton_additive as TA
+    ok = True
+    for dtype, tanh in (("bf16", "exp2"), ("fp32", "exp2"), ("bf16", "approx")):
+        for fn, shape in ((TA._additive_forward, TA.FORWARD),
+                          (TA._additive_backward_ws, TA.BACKWARD_WS),
+                          (TA._additive_backward_hm, TA.BACKWARD_HM)):
+            BT, BS, BK, warps = shape
+            consts = dict(BT=BT, BS=BS, BK=BK, TANH=tanh)
+            signature = {}
+            for name in fn.arg_names:
+                if name in consts:
+                    signature[name] = "constexpr"
+                elif name in ("HM", "WS", "DHM", "DWS"):
+                    signature[name] = "*" + dtype
+                elif name in ("G", "W", "E", "DW_PARTS"):
+                    signature[name] = "*fp32"
+                else:
+                    signature[name] = "i32"
+            label = f"{fn.__name__}, hm/ws {dtype}, tiles {shape}, tanh by {tanh}"
+            try:
+                kernel, regs, stack = build_sm90(fn, signature, consts, "triton_additive.cubin",
+                                                 num_warps=warps)
+                ptx = kernel.asm["ptx"]
+                # the special-function instructions, and the shuffles of sums across threads
+                counts = ", ".join(f"{ptx.count(op)} {op.split('.')[0]}"
+                                   for op in ("ex2.approx", "tanh.approx", "shfl.sync"))
+                rows.append(("build, sm_90", label, f"{regs}, {stack}, shared "
+                             f"{kernel.metadata.shared} B; in the PTX {counts}", True))
+            except Exception as e:
+                ok = False
+                # a compilation error's own line (the rest points at the source)
+                lines = str(e).strip().splitlines()
+                why = next((x for x in lines if "Error" in x), lines[-1])[:200]
+                rows.append(("build, sm_90", label, f"{type(e).__name__}: {why}", False))
+    return ok
+
+
+def check_additive(dev, base=False):
+    """Every check of fast/triton_additive.py on device dev -> (rows, ok)."""
+    rows, ok = [], True
+    shapes = [(2, 7, 13, 40), (1, 33, 70, 17), (3, 32, 32, 16), (2, 5, 41, 64)]
+    for B, T, S, d in shapes:
+        ok &= compare_additive(f"B {B}, T {T}, S {S}, d {d}", B, T, S, d, dev, rows)
+    ok &= compare_additive("large |x|: hm, ws x 100", 2, 7, 13, 40, dev, rows, scale=100.0)
+    if base:
+        ok &= compare_additive("base: B 8, T 100, S 400, d 768", 8, 100, 400, 768, dev, rows)
+    if dev.type == "cuda":
+        # TA.TANH "approx" (tanh.approx.f32, a GPU instruction): bf16 inputs only, as in training
+        from fast import triton_additive as TA
+        default, TA.TANH = TA.TANH, "approx"
+        try:
+            for B, T, S, d in [(2, 7, 13, 40), (8, 100, 400, 768)]:
+                ok &= compare_additive(f"tanh.approx: B {B}, T {T}, S {S}, d {d}", B, T, S, d, dev, rows,
+                              limits=((torch.bfloat16, 1e-2),))
+        finally:
+            TA.TANH = default
+    ok &= check_palm_model(dev, rows)
+    return rows, ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("kernel", nargs="?", choices=("bias", "additive"), help="one kernel's checks (default: both)")
     ap.add_argument("--base", action="store_true", help="also base size (slow without a GPU)")
     ap.add_argument("--build", action="store_true",
                     help="only build the kernels for sm_90 (no GPU needed) and report their spills")
     args = ap.parse_args()
     try:
-        import triton                                      # noqa: F401
+        import triton
     except ImportError:
-        print("check_triton.py: error: triton is not installed (pip install triton)",
-              file=sys.stderr)
+        print("check_triton.py: error: triton is not installed (pip install triton)", file=sys.stderr)
         sys.exit(2)
+    kernels = [args.kernel] if args.kernel else ["bias", "additive"]
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    rows, ok = [], True
     if args.build:
         # the compiler, not the interpreter
         os.environ.pop("TRITON_INTERPRET", None)
-        rows = []
-        ok = check_build(rows)
-    else:
-        rows, ok = check(dev, args.base)
-    where = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu, Triton's interpreter"
-    if args.build:
+        for kernel in kernels:
+            ok &= (check_build if kernel == "bias" else check_build_additive)(rows)
         where = "cpu, built for sm_90 with triton's ptxas"
+    else:
+        for kernel in kernels:
+            found, good = (check if kernel == "bias" else check_additive)(dev, args.base)
+            rows += [(f"{kernel}: {label}", what, value, passed) for label, what, value, passed in found]
+            ok &= good
+        where = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu, Triton's interpreter"
     print(f"\n{where}, torch {torch.__version__}, triton {triton.__version__}")
-    print("| layout | check | result (relative error) | |\n|---|---|---|---|")
+    print("| layout or shape | check | result (relative error) | |\n|---|---|---|---|")
     for label, what, value, good in rows:
         print(f"| {label} | {what} | {value} | {'ok' if good else 'FAIL'} |")
     sys.exit(0 if ok else 1)

@@ -1,123 +1,45 @@
-"""The study no paper ran: four objectives, one backbone, equal corpus tokens, seeds and controls.
+"""The study: what each of four pre-training objectives adds, on one backbone at equal corpus tokens, with every
+choice made on dev and every reported number scored once on test; resumable across machines.
 
-Two tasks, the papers' cheap ablations and the ERNIE-GEN / PALM diagnostics; resumable across machines.
+    python bench/study.py --gpus 4 --per_gpu 4 --mps --time_limit_min 8 --data_dir out/data \\
+        --cells_out $OUT/cells.jsonl            # the whole protocol; run it again until "0 to run": it resumes
+    python bench/study.py import cells.jsonl    # merge new cells into bench/study/cells.jsonl
+    python bench/study.py report                # bench/study/README.md, tables.md, samples.md, superseded/README.md
+    python bench/study.py plan                  # the jobs left and their time, estimated from measured cells
+    python bench/study.py --tiny --per_gpu 2 --out /tmp/study   # the same protocol at toy size on a CPU (CI)
 
-    python bench/study.py --gpus 4 --per_gpu 4 --mps --time_limit_min 8 --cells_out $OUT/cells.jsonl \\
-        --data_dir out/data                        # run what is missing, stop cleanly at the limit
-    python bench/study.py import cells.jsonl       # split new cells into bench/study/cells/*.json
-    python bench/study.py report                   # bench/study/README.md from the committed cells
-    python bench/study.py --tiny --per_gpu 2 --out /tmp/study   # the same code on a CPU (what CI runs)
-
-A CELL is one (system, task, seed): fine-tuning, decoding, scores, teacher-forced accuracy and three
-sample outputs, as one small JSON (bench/study/cells/<system>__<task>__seed<k>.json once committed).
-A run reads the cells already done from --cells (the committed folder), OUT/cells and --cells_out,
-and runs only the others; so a study cut by a time limit continues in the next session and loses at
-most the cells in flight. The scheduler runs JOBS, --per_gpu processes on each of --gpus GPUs (the small model
-leaves an H100 mostly idle, so several share one): a PRE-TRAINING job per (system, seed), shared by
-its tasks and by the fine-tuning-only diagnostics, and a FINE-TUNING job per cell once its
-pre-training is done. Pre-training checkpoints stay under --out/work: on the same machine (an
-ignored folder survives between calls) a pre-training stopped at the limit resumes where it stopped
-(train.py --resume); on a fresh machine it starts again.
-  systems    the four objectives, each fine-tuned with its own recipe; a no-pre-training control per
-             objective (its fine-tuning recipe from random weights); the papers' cheap ablations
-             (3 seeds); the diagnostics of ERNIE-GEN's and PALM's results (1 seed); the recipe
-             search: pmlm/AE only's pre-training fine-tuned or decoded otherwise (1 seed). SYSTEMS below.
-  compute    every system pre-trains on the same number of CORPUS tokens (objective.corpus_tokens:
-             the text it reads, not the [P] / [ATTN] rows it adds), with the same model, vocabulary,
-             data, batch and learning rate; each cell records its wall time and FLOPs
-             (model.estimate_flops) of pre-training and fine-tuning
-  tasks      Gigaword 10k (train on the 10k pairs, ROUGE-1/2/L F1 on the 1,000 validation pairs) and
-             SQuAD question generation (the dev part of the Du et al. split; the last 10% of its
-             lines, whole paragraphs, held out; BLEU-4 13a and ROUGE-L). Both are lowercased and
-             tokenized, so our detokenized text and the references score alike.
-  decoding   beam 5, length penalty 0.6 (Gigaword) / 1.0 (SQuAD), trigram blocking, <= 32 tokens
-  teacher-forced accuracy   on the held-out pairs, through the decoding loop itself (generate.Decoder:
-             the same query tokens and layout as decoding), the clean reference as prefix: how
-             often the model's top token is the reference's next one
-
-The budget (issue 22: every system x 3 seeds in <= 25 minutes of a 4-GPU machine), MEASURED in the
-eighth session (4x H200, --per_gpu 2, the 15 three-seed systems, two calls of 8.6-8.8 minutes on one
-warm machine, bench/RESULTS.md): 46 of the 90 cells in 17.4 minutes. A pre-training took 3.8-8.4
-process-minutes (unilm 4.2, ernie_gen 5.2, palm 7.3, pmlm 8.4: 15-19 steps/s for unilm and ernie_gen
-with two processes on a GPU, about 30 a GPU, which time-slices two processes' small kernels), a
-fine-tuning with its decoding 1.2-2.1. All 90 cells: about 30 pre-trainings x 5.6 + 90 fine-tunings
-x 1.5 = 300 process-minutes, about 38 minutes on 8 slots: not met. The compilation fix of the
-seventh session (21.4 against 5.0 steps/s alone) did not change it: two processes a GPU already ran
-on warm caches. Two processes make 4-6% of an H200's bf16 peak (FLOPs from the cells): processes
-sharing a GPU take turns, and each small kernel leaves most of it idle. MEASURED in the ninth session
-(bench/study_speed_gpu.sh, one H100): two processes make 29.8 steps/s together, four 32.3, four under
-CUDA's multi-process service (--mps) 39.2, 1.33x two; a batch of 256, eight processes, or the blocks as
-CUDA graphs add nothing. Four fine-tunings under --mps on one H100 ran about 1.5x the cells a minute of
-two without it (on an H200). Projected for all 90 cells with --per_gpu 4 --mps: about 25-29 minutes;
-not yet run at full size. MEASURED in the tenth session (one H100, --per_gpu 4 --mps, four control
-fine-tunings at once): eager fine-tunings took 73-79 s each (1.5-1.6 minutes with decoding), compiled ones
-103-138 s on a cold compile cache, so fine-tunings now run eager (--ft_compile false) while pre-trainings keep
---compile. Projected from the rates measured (148,246 pre-training steps for the 30 pre-trainings at about 39
-steps/s a GPU, ERNIE-GEN's; 90 fine-tunings at 4 per 1.6 GPU-minutes): about 25-27 minutes of a 4-GPU
-machine. MEASURED in the eleventh session (4x H200, --per_gpu 4 --mps, --ft_lr 1e-3, the four
-objectives and their controls, two calls on one warm machine): 46 of their 48 cells in 13.2 minutes
-(8.4 + 4.8), 99 process-minutes of 12 pre-trainings (unilm 4.6 minutes each, ernie_gen 6.4, palm
-10.7, pmlm 11.3) and 71 of 46 fine-tunings with their decoding, so the 16 slots were busy 80% of the
-time. The other two, seed-1 SQuAD controls, diverged (NaN loss): train.py's exit status DIVERGED,
-which now makes a done cell without scores (named on the page, left out of the means). All 90
-cells at those rates (the ablations' pre-trainings at their committed times, taken mostly with two
-processes a GPU, so optimistic: 199 + 140 process-minutes) project to 21 minutes with every slot
-busy, 26 at 80%. MEASURED in the twelfth session (4x H200, the same flags, the 44 cells left, longest
-pre-training of a seed first): 42 of them in 9.4 + 7.0 minutes (16 pre-trainings at once took 5.0-10.8
-minutes each, 1.0-1.8 times their 3e-4 times, mostly at two a GPU; the second call's tail left 10 of
-16 slots busy on average); the other two waited on a pre-training that did not finish there (5.6
-minutes on one H200).
-All 90 cells: 29.6 minutes of the 4-GPU machine in four calls over two sessions, against 25. Their
-cells hold 239 process-minutes of pre-training and 131 of fine-tuning and decoding: 23 minutes on 16
-slots even with none idle, so meeting 25 needs fewer process-minutes, not a better schedule.
-MEASURED in the thirteenth session: the lever was padding. One passage a row, 70-78% of a
-pre-training batch's positions are padding (bench/padding.py at the study's settings); --pack (auto:
-on CUDA) packs several passages a row, and four pmlm pre-trainings under --mps on one H200 made 3.4x
-the steps/s (bench/study_pack_gpu.sh). All 90 cells from an empty cells folder (4x H200, --ft_lr 1e-3
---per_gpu 4 --mps): 17.3 minutes of the machine in two calls on one warm machine (9.5 + 7.8), with
-128 process-minutes of pre-training (239 before) and 106 of fine-tuning and decoding: goal 25 met.
-Fine-tunings stay one pair a row (--ft_pack false): eager and host-bound, they ran slower packed.
---per_gpu, --mps, --pack, --ft_pack, --pre_batch, --compile, --ft_compile and --workers are the knobs.
-The recipe search (tenth session, SYSTEMS' last five): fine-tuning at peak lr 1e-3 beat the study's 3e-4 on
-both tasks for pmlm/AE only (one seed). --ft_lr 1e-3 runs the whole study with it; its cells differ in
-settings, so they go to their own folder and page:
-    python bench/study.py --ft_lr 1e-3 --cells bench/study/cells-ft-lr-1e-3 --gpus 4 --per_gpu 4 --mps ...
-    python bench/study.py import FILE.jsonl --cells bench/study/cells-ft-lr-1e-3
-    python bench/study.py report --cells bench/study/cells-ft-lr-1e-3 --page bench/study/ft-lr-1e-3.md
-The pre-training lr (fourteenth session, bench/study_variants_gpu.sh's default variants: one study a GPU, pmlm,
-seed 0): the study's 7e-4 gave 27.97 ROUGE-L / 6.22 BLEU-4, 1.2e-3 25.57 / 4.49, and 2e-3 and 3e-3 broke
-pre-training; 5e-4 (fifteenth session, one H100) 27.63 / 5.87. Several studies side by side: each picks its GPUs
-among CUDA_VISIBLE_DEVICES and gives its jobs the OMP_NUM_THREADS it was started with (where set).
---corpus shared+task_sources pre-trains on the shared corpus and the SOURCES of both tasks' training pairs (never a
-target or a held-out source; task-adaptive pre-training): pmlm, seed 0, gave 26.78 / 5.78 at 7e-4 and 26.94 /
-5.49 at 5e-4 (fifteenth session): it loses. --ft_warmup sets the fine-tunings' warm-up; --tasks runs one task.
---ft_attn naive fine-tunes on the written-out attention: at lr 1e-3 the SQuAD QG controls of unilm and ernie_gen
-stopped on a NaN loss in 10 of 14 runs on SDPA and in none of 10 written out (fifteenth session,
-bench/study_nan_gpu.sh; SDPA picks cuDNN's kernel there, and held to it one of two runs stopped, held to the
-memory-efficient kernel or the math backend none); the five cells of the ft-lr-1e-3 study that had stopped ran
-again that way, and the page counts them. A layout like --pack (the same function), so not a setting.
-The fine-tuning's noise rate (eighteenth session, bench/levers_gpu.sh, pmlm/AE only at lr 1e-3; the share of
-visible target tokens noised, the official s2s-ft's 0.5 being every study's so far): 0.2 gave Gigaword ROUGE-L
-29.23 +- 0.40 (3 seeds) and SQuAD QG BLEU-4 7.10 +- 0.32 (2 seeds; 6.82 with the third), 0.3 29.10 and 6.79,
-against 27.92 and 6.07; 0.7 loses. Pre-training batch 64 (twice the steps) and fine-tuning batch 128 add
-nothing. --only_seed K runs one seed's cells (a system's seeds spread over GPUs or machines).
-Nineteenth session (bench/levers_gpu.sh 3 and 4, pmlm's own pre-training, 3 seeds): noise 0.2 gave 29.65 / 6.97;
-without dropout 28.18 / 7.21 (SQuAD QG BLEU-4 7 met, every seed above it); decoded longer ("longer outputs",
-length penalty 1.0 / 1.5) 29.79 / 7.12: Gigaword ROUGE-L 30 is still missed. pmlm/AE only at 0.2 over three
-SQuAD seeds: 6.82. --lp_sweep decodes each cell's checkpoint again at other length penalties and keeps their
-scores and lengths (decode.lp_sweep; the page's "Decoding length"): the outputs are shorter than the references,
-and longer ones score higher up to about 1.5.
-Twentieth session (bench/levers_gpu.sh 5, 6, 7, ONE H200 a call: two or three pre-training seeds side by side, one
-MPS daemon; Gigaword alone, a system's tasks in SYSTEMS): pmlm at noise 0.2 and length penalty 1.5 with dropout 0.2
-made ROUGE-L 30.13 +- 0.34 over five pre-training seeds (the bar met; the model's dropout 0.1 made 29.52, lower on
-every seed); peak lr 7e-4, weight decay 0.1, label smoothing 0.2 and noise 0.1 fall between. A call (two or three
-pmlm pre-trainings at once, then seven or eight fine-tunings with their decoding) took 5.3-5.4 minutes of one H200.
---tiny: the tiny preset, the embedded corpus and docsum task, two objectives and a control, one seed,
-a few steps: what CI runs.
+The protocol. DEV is carved from each task's training pairs (SPLITS: Gigaword 10k's last 1,000 training pairs;
+SQuAD QG's tenth of lines before its held-out tenth, cut between two source sentences). SELECTION: each objective
+and each control (the same fine-tuning from random weights) is fine-tuned on the training pairs left with every
+configuration of one GRID, the same size for all (2 peak lrs x 2 values of the objective's own corruption of the
+target x 2 dropouts, seed 0), each decoded on dev at 4 length penalties; the highest dev score of the 32 is the
+choice (choose(), which refuses a score of any other split). FINALS: every system fine-tuned on all training
+pairs with its choice (an ablation or diagnostic with its parent's), 3 seeds, decoded once on the TEST split
+(Gigaword's 1,000 validation pairs; SQuAD QG's last tenth), which no choice reads. INTERVALS: a paired bootstrap
+over test pairs and seeds together (interval()), on the scores and on each objective's gain over its control.
+  systems    SYSTEMS: the four objectives, their controls, the papers' cheap ablations, diagnostics of ERNIE-GEN's
+             and PALM's results
+  compute    every system pre-trains the same model (small preset, 16,384-piece vocabulary, text 256, batch 128,
+             peak lr 7e-4) on the same 40M CORPUS tokens (objective.corpus_tokens: the text it reads, not the
+             [P] / [ATTN] rows it adds); fine-tuning is 1,500 steps of 64 pairs; cells record wall times and FLOPs
+  decoding   beam 5, trigram blocking, <= 32 tokens, the chosen length penalty
+A CELL is one fine-tuning as one JSON line: its split ("dev" or "test"), options, pre-training record, wall times,
+FLOPs, scores (dev: at each length penalty; test: with each pair's statistics, which the bootstrap draws),
+teacher-forced accuracy (the share of reference tokens that are the model's first choice given the true prefix,
+read through the decoding loop), the share of output words found in the source, output lengths, three samples.
+The committed cells: bench/study/cells.jsonl; the cells of the earlier studies, whose choices were made on the
+pairs they were scored on, are data in bench/study/superseded/. A run reads the cells done (--cells, OUT/cells.jsonl,
+--cells_out) and runs the others, so a run cut by its time limit continues in the next and loses at most the cells
+in flight. The scheduler runs JOBS, --per_gpu processes on each of --gpus GPUs (--mps: under CUDA's multi-process
+service, so their kernels run side by side): a PRE-TRAINING per (system, seed), shared by the systems that reuse
+it (packed and compiled; resumed from its checkpoint under --out/work on the same machine), a FINE-TUNING per cell
+once its pre-training (and, for a final, its selection) is done. --data_dir holds corpus/, gigaword10k/ and
+squad_qg/ (../shared/data's layout). What the study measured: bench/RESULTS.md, "The study".
+--tiny: the tiny preset, the embedded corpus and docsum task (dev: its validation split), pmlm, palm and pmlm's
+control, a grid of 2 lrs x 2 length penalties, one seed, a few steps.
 """
 import argparse
 import json
-import math
 import os
 import random
 import re
@@ -137,202 +59,117 @@ sys.path.insert(0, str(ROOT))
 from utils import UsageError, atomic_write, exit_with_error, read_lines  # noqa: E402
 
 PROG = "study.py"
-CELLS = ROOT / "bench" / "study" / "cells"
-PAGE = ROOT / "bench" / "study" / "README.md"
-# ERNIE-GEN's fine-tuning noise rate per task (Table 1: Gigaword 0.5 for the base model, SQuAD QG 0.7)
-ERNIE_FT = {"gigaword": dict(rho_f=0.5), "squad_qg": dict(rho_f=0.7)}
+HERE = ROOT / "bench" / "study"
+CELLS = HERE / "cells.jsonl"
+# the earlier studies' cells (fine-tuning lr 3e-4, and 1e-3 with its recipe search, and one-off variants): every
+# choice in them was made on the pairs they were scored on
+SUPERSEDED = {"ft-lr-3e-4.jsonl": "fine-tuning peak lr 3e-4", "ft-lr-1e-3.jsonl": "fine-tuning peak lr 1e-3"}
 
 
-def system(objective, control=False, pre=None, ft=None, ft_task=None, pretrained_as=None,
-           ablation_of=None, seeds=None, lp=None, recipe=False, tasks=None):
-    """One system: its objective, pre-training options (none for a control), fine-tuning options (all
-    tasks, then per task; train.py's flags, so lr or batch_size replace the study's), the system
-    whose pre-training it reuses, what it ablates, its seeds, its decoding length penalty per task
-    (else TASKS'), whether it is one of the recipe search's variants, its tasks (else every task)."""
-    return dict(objective=objective, control=control, pre=pre or {}, ft=ft or {},
-                ft_task=ft_task or {}, pretrained_as=pretrained_as, ablation_of=ablation_of,
-                seeds=seeds, lp=lp or {}, recipe=recipe, tasks=tasks)
-
-
-def recipe(lp=None, seeds=(0,), base="pmlm/AE only", tasks=None, **ft):
-    """base's pre-training (pmlm/AE only's unless said), fine-tuned or decoded otherwise (seed 0 unless
-    seeds say)."""
-    return system("pmlm", ft=ft, lp=lp, pretrained_as=base, ablation_of=base, seeds=seeds, recipe=True,
-                  tasks=tasks)
-
-
-def pmlm_recipe(lp=None, seeds=(0, 1, 2), tasks=None, **ft):
-    """pmlm's own pre-training, fine-tuned or decoded otherwise (three seeds unless seeds say)."""
-    return recipe(lp, seeds, base="pmlm", tasks=tasks, **ft)
-
-
-def gigaword(seeds=(0, 1, 2), **ft):
-    """pmlm's own pre-training fine-tuned otherwise on Gigaword alone, decoded at length penalty 1.5 (the
-    nineteenth session's sweep scored it highest: 29.93 over three seeds)."""
-    return pmlm_recipe(lp={"gigaword": 1.5}, seeds=seeds, tasks=("gigaword",), **ft)
-
-
-SEEDS5 = (0, 1, 2, 3, 4)
+def system(objective, control=False, pre=None, ft=None, pretrained_as=None, ablation_of=None, seeds=None):
+    """One system: its objective, pre-training options (none for a control), fine-tuning options that replace its
+    parent's chosen ones (train.py's flags), the system whose pre-training it reuses, the system it varies (whose
+    choice it takes; a system without one is tuned on the grid), its seeds (else --seeds')."""
+    return dict(objective=objective, control=control, pre=pre or {}, ft=ft or {}, pretrained_as=pretrained_as,
+                ablation_of=ablation_of, seeds=seeds)
 
 
 SYSTEMS = {
-    # the four objectives and their controls (3 seeds)
+    # the four objectives and their controls: each tuned on the grid
     "unilm": system("unilm"),
     "pmlm": system("pmlm"),
-    "ernie_gen": system("ernie_gen", ft_task=ERNIE_FT),
+    "ernie_gen": system("ernie_gen"),
     "palm": system("palm"),
     "unilm/no pre-training": system("unilm", control=True),
     "pmlm/no pre-training": system("pmlm", control=True),
-    "ernie_gen/no pre-training": system("ernie_gen", control=True, ft_task=ERNIE_FT),
+    "ernie_gen/no pre-training": system("ernie_gen", control=True),
     "palm/no pre-training": system("palm", control=True),
-    # the papers' ablations that are cheap here (3 seeds)
+    # the papers' ablations that are cheap here, at their parent's choice
     "unilm/no seq2seq LM": system("unilm", pre=dict(weight_seq2seq=0.0), ablation_of="unilm"),
     # UniLMv2 4.6, Table 6 "- PAR" (its row also drops the relative bias; ours keeps it)
     "pmlm/AE only": system("pmlm", pre=dict(par=False), ablation_of="pmlm"),
-    "ernie_gen/no span flow": system("ernie_gen", pre=dict(lam_pretrain=1.0), ft_task=ERNIE_FT,
-                                     ablation_of="ernie_gen"),                        # ERNIE-GEN Table 7
-    "ernie_gen/no noise": system("ernie_gen", pre=dict(rho_p=0.0), ft=dict(rho_f=0.0),
-                                 ablation_of="ernie_gen"),                            # ERNIE-GEN Table 7
-    "palm/no copy": system("palm", pre=dict(copy=False), ft=dict(copy=False), ablation_of="palm"),
+    "ernie_gen/no span flow": system("ernie_gen", pre=dict(lam_pretrain=1.0), ablation_of="ernie_gen"),  # Table 7
+    "ernie_gen/no noise": system("ernie_gen", pre=dict(rho_p=0.0), ft=dict(rho_f=0.0), ablation_of="ernie_gen"),
+    "palm/no copy": system("palm", pre=dict(copy=False), ft=dict(copy=False), ablation_of="palm"),      # Table 6
     "palm/no copy/no pre-training": system("palm", control=True, ft=dict(copy=False),
-                                            ablation_of="palm/no pre-training"),
-    # diagnostics of ERNIE-GEN's gap (1 seed): fine-tuning noise, lambda, the span flow in
-    # fine-tuning; the first three reuse ernie_gen's pre-training
-    "ernie_gen/ft noise 0": system("ernie_gen", ft=dict(rho_f=0.0), pretrained_as="ernie_gen",
-                                   ablation_of="ernie_gen", seeds=(0,)),
-    "ernie_gen/ft noise 0.3": system("ernie_gen", ft=dict(rho_f=0.3), pretrained_as="ernie_gen",
-                                     ablation_of="ernie_gen", seeds=(0,)),
-    "ernie_gen/ft span flow": system("ernie_gen", ft=dict(lam_finetune=0.5), ft_task=ERNIE_FT,
-                                     pretrained_as="ernie_gen", ablation_of="ernie_gen", seeds=(0,)),
-    "ernie_gen/lambda 0.8": system("ernie_gen", pre=dict(lam_pretrain=0.8), ft_task=ERNIE_FT,
-                                   ablation_of="ernie_gen", seeds=(0,)),
-    "ernie_gen/ft noise 0/no pre-training": system("ernie_gen", control=True,
-                                                   ft=dict(rho_f=0.0), seeds=(0,),
-                                                   ablation_of="ernie_gen/no pre-training"),
-    # which half holds ERNIE-GEN's gap (1 seed, no new pre-training): its fine-tuning and infilling
-    # decoding on pmlm's pre-trained weights ([ATTN] starts untrained there, the relative bias is
-    # pmlm's), and pmlm's fine-tuning on ERNIE-GEN's weights (no relative bias: a checkpoint fixes
-    # the shapes). Near pmlm's score -> the pre-training is the gap; near ernie_gen's -> the recipe
-    "ernie_gen/ft from pmlm": system("ernie_gen", ft_task=ERNIE_FT, pretrained_as="pmlm",
-                                     ablation_of="ernie_gen", seeds=(0,)),
-    "pmlm/ft from ernie_gen": system("pmlm", pretrained_as="ernie_gen", ablation_of="pmlm",
-                                     seeds=(0,)),
-    # the swaps put ~8 of the 10.5 points of the gap in the pre-trained weights (bench/RESULTS.md,
-    # fifth session); those weights differ in objective AND in pmlm's relative position bias:
-    # ERNIE-GEN's pre-training with the bias separates the two (3 seeds: it decides the finding)
-    "ernie_gen/relative bias": system("ernie_gen", pre=dict(rel_pos_buckets=32), ft_task=ERNIE_FT,
-                                      ablation_of="ernie_gen"),
-    # the fine-tuning recipe, searched on the best pre-training (1 seed, its pre-training reused): is
-    # issue 22's quality goal (Gigaword ROUGE-L >= 30, SQuAD QG BLEU-4 >= 7) a matter of the recipe?
-    "pmlm/AE only/ft lr 1e-3": recipe(lr=1e-3),
-    "pmlm/AE only/ft lr 1e-4": recipe(lr=1e-4),
-    "pmlm/AE only/ft batch 32": recipe(batch_size=32),
-    "pmlm/AE only/ft lr 2e-3": recipe(lr=2e-3),
-    "pmlm/AE only/ft lr 1e-3 dropout 0.2": recipe(lr=1e-3, dropout=0.2),
-    "pmlm/AE only/ft lr 1e-3 longer outputs": recipe(lr=1e-3, lp={"gigaword": 1.2, "squad_qg": 2.0}),
-    # eighteenth session: twice the pairs a step (the 1,500 steps stay), and the share of visible
-    # target tokens noised (the official s2s-ft's 0.5 either side)
-    "pmlm/AE only/ft lr 1e-3 batch 128": recipe(lr=1e-3, batch_size=128),
-    "pmlm/AE only/ft lr 1e-3 noise 0.3": recipe(lr=1e-3, target_noise_prob=0.3, seeds=(0, 1, 2)),
-    "pmlm/AE only/ft lr 1e-3 noise 0.7": recipe(lr=1e-3, target_noise_prob=0.7),
-    # noise 0.3 won (+1.26 ROUGE-L, +0.60 BLEU-4 over 0.5, one seed): lower still, and pmlm's own
-    "pmlm/AE only/ft lr 1e-3 noise 0.2": recipe(lr=1e-3, target_noise_prob=0.2, seeds=(0, 1, 2)),
-    "pmlm/AE only/ft lr 1e-3 noise 0.1": recipe(lr=1e-3, target_noise_prob=0.1),
-    "pmlm/AE only/ft lr 1e-3 noise 0": recipe(lr=1e-3, target_noise_prob=0.0),
-    # nineteenth session: less regularisation than the study's at the best rate (lower noise raised both
-    # scores; dropout 0.2 lost at 0.5): no label smoothing (train.py's 0.1), no dropout (0.1)
-    "pmlm/AE only/ft lr 1e-3 noise 0.2 no smoothing": recipe(lr=1e-3, target_noise_prob=0.2,
-                                                             label_smoothing=0.0),
-    "pmlm/AE only/ft lr 1e-3 noise 0.2 dropout 0": recipe(lr=1e-3, target_noise_prob=0.2, dropout=0.0),
-    # nineteenth session: the best rate on pmlm's own pre-training (pmlm beat pmlm/AE only by 0.40 ROUGE-L
-    # at 0.5), three seeds
-    "pmlm/ft lr 1e-3 noise 0.2": pmlm_recipe(lr=1e-3, target_noise_prob=0.2),
-    # nineteenth session, second call: its outputs were short (6.7 words against the references' 7.8 on
-    # Gigaword, 8.8 against 11.3 on SQuAD QG) and decoding them longer scored higher (--lp_sweep); no
-    # dropout beat dropout on SQuAD QG for pmlm/AE only (one seed); a higher peak lr
-    "pmlm/ft lr 1e-3 noise 0.2 longer outputs": pmlm_recipe(lr=1e-3, target_noise_prob=0.2,
-                                                            lp={"gigaword": 1.0, "squad_qg": 1.5}),
-    "pmlm/ft lr 1e-3 noise 0.2 dropout 0": pmlm_recipe(lr=1e-3, target_noise_prob=0.2, dropout=0.0),
-    "pmlm/ft lr 1.4e-3 noise 0.2": pmlm_recipe(lr=1.4e-3, target_noise_prob=0.2),
-    # twentieth session, Gigaword only (one GPU): at its sweep's best length penalty (1.5: 29.93 over three
-    # seeds), the regularisation the lost runs point to (no dropout -1.5, no label smoothing -0.2: so more of
-    # each, and more weight decay than train.py's 0.01), a lower peak lr (1.4e-3 lost 1.5), less noise; the
-    # two best of seeds 0-2 and the plain recipe again on two more pre-training seeds (a replication)
-    "pmlm/ft lr 1e-3 noise 0.2 lp 1.5": gigaword(lr=1e-3, target_noise_prob=0.2, seeds=SEEDS5),
-    "pmlm/ft lr 1e-3 noise 0.2 lp 1.5 dropout 0.2": gigaword(lr=1e-3, target_noise_prob=0.2, dropout=0.2,
-                                                            seeds=SEEDS5),
-    "pmlm/ft lr 1e-3 noise 0.2 lp 1.5 smoothing 0.2": gigaword(lr=1e-3, target_noise_prob=0.2,
-                                                              label_smoothing=0.2),
-    "pmlm/ft lr 1e-3 noise 0.2 lp 1.5 weight decay 0.1": gigaword(lr=1e-3, target_noise_prob=0.2,
-                                                                 weight_decay=0.1),
-    "pmlm/ft lr 7e-4 noise 0.2 lp 1.5": gigaword(lr=7e-4, target_noise_prob=0.2, seeds=SEEDS5),
-    "pmlm/ft lr 1e-3 noise 0.1 lp 1.5": gigaword(lr=1e-3, target_noise_prob=0.1),
+                                           ablation_of="palm/no pre-training"),
+    # where ERNIE-GEN's gap is: its fine-tuning and infilling decoding on pmlm's pre-trained weights ([ATTN] starts
+    # untrained there), pmlm's on ERNIE-GEN's (no relative bias: a checkpoint fixes the shapes), one seed each; and
+    # ERNIE-GEN pre-trained with pmlm's relative position bias, which separates the objective from that bias
+    "ernie_gen/ft from pmlm": system("ernie_gen", pretrained_as="pmlm", ablation_of="ernie_gen", seeds=(0,)),
+    "pmlm/ft from ernie_gen": system("pmlm", pretrained_as="ernie_gen", ablation_of="pmlm", seeds=(0,)),
+    "ernie_gen/relative bias": system("ernie_gen", pre=dict(rel_pos_buckets=32), ablation_of="ernie_gen"),
 }
-# what pre-training adds: each pre-trained system and the same fine-tuning from random weights
-GAIN_PAIRS = [("unilm", "unilm/no pre-training"), ("pmlm", "pmlm/no pre-training"),
-              ("ernie_gen", "ernie_gen/no pre-training"), ("palm", "palm/no pre-training"),
-              ("palm/no copy", "palm/no copy/no pre-training"),
-              ("ernie_gen/ft noise 0", "ernie_gen/ft noise 0/no pre-training")]
+OBJECTIVES = ("unilm", "pmlm", "ernie_gen", "palm")
 TINY_SYSTEMS = ("pmlm", "palm", "pmlm/no pre-training")
 TASKS = {
-    "gigaword": dict(train="gigaword10k/train.article.txt", score="gigaword10k/valid", lp=0.6,
-                     metrics=("rouge1", "rouge2", "rougeL"), main="rougeL"),
-    "squad_qg": dict(train="squad_qg/src-dev.txt", score=None, lp=1.0, metrics=("bleu", "rougeL"),
-                     main="bleu"),
-    "docsum": dict(lp=1.0, metrics=("rouge1", "rouge2", "rougeL"), main="rougeL"),
+    "gigaword": dict(title="Gigaword 10k", metrics=("rouge1", "rouge2", "rougeL"), main="rougeL"),
+    "squad_qg": dict(title="SQuAD QG", metrics=("bleu", "rougeL"), main="bleu"),
+    "docsum": dict(title="docsum", metrics=("rouge1", "rouge2", "rougeL"), main="rougeL"),
 }
-# issue 22's quality bar at this budget: the best system's score, in TASKS' main metric
-GOALS = {"gigaword": 30, "squad_qg": 7}
+# the pairs of each part of a task (the code checks the data against them): selection fine-tunes on "select" and
+# scores "dev"; the finals fine-tune on select + dev (every training pair) and score "test"
+SPLITS = {"gigaword": dict(select=9000, dev=1000, test=1000), "squad_qg": dict(select=8456, dev=1057, test=1057)}
 NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "bleu": "BLEU-4"}
 # colours per objective (the notebook's pictures)
 COLORS = {"unilm": "tab:blue", "pmlm": "tab:orange", "ernie_gen": "tab:green", "palm": "tab:red"}
+
+# --- the grid: every objective and every control is chosen among the same number of configurations -----------
+# each objective's own corruption of the target in fine-tuning: its recipe's value (ERNIE-GEN's Table 1 gives one a
+# task), then a lower one; PALM corrupts nothing, so label smoothing (train.py's 0.1, then none) stands in
+TARGET = {"unilm": ("target_mask_prob", 0.7, 0.4, "UniLM 2.5's"),
+          "pmlm": ("target_noise_prob", 0.5, 0.2, "the official s2s-ft's"),
+          "ernie_gen": ("rho_f", {"gigaword": 0.5, "squad_qg": 0.7, "docsum": 0.7}, 0.2, "Table 1's, by task"),
+          "palm": ("label_smoothing", 0.1, 0.0, "train.py's; PALM corrupts no target, so label smoothing stands in")}
+
+
+def num(x):
+    """A setting as written: 3e-4, 0.2, 1."""
+    return f"{x:.0e}".replace("e-0", "e-") if 0 < x < 0.01 else f"{x:g}"
+
+
+def grid(name, task, cfg):
+    """[(configuration, train.py options)] of the fine-tunings a system is chosen among on a task; each is decoded
+    at every length penalty of cfg["grid"]["lp"]."""
+    g = cfg["grid"]
+    knob, paper, lower, _ = TARGET[SYSTEMS[name]["objective"]]
+    values = [paper[task] if isinstance(paper, dict) else paper, lower][:g["target"]]
+    return [(f"lr {num(lr)} {knob} {num(v)} dropout {num(d)}", {"lr": lr, knob: v, "dropout": d})
+            for lr in g["lr"] for v in values for d in g["dropout"]]
+
+
+def configurations(name, task, cfg):
+    """How many configurations the tuned system behind `name` was chosen among: fine-tunings x length penalties."""
+    return len(grid(tuned(name), task, cfg)) * len(cfg["grid"]["lp"])
+
+
+def tuned(name):
+    """The system whose choice `name` fine-tunes with: itself if it is tuned on the grid, else its parent's."""
+    parent = SYSTEMS[name]["ablation_of"]
+    return name if parent is None else tuned(parent)
 
 
 # --- the settings of a study --------------------------------------------------------------------
 
 def settings(args):
-    """Model, budget and data of the study (or of its --tiny run); recorded in every cell."""
+    """Model, budget, data and grid of the study (or of its --tiny run); recorded in every cell."""
     if args.tiny:
-        # a smoke run of the whole pipeline (CI's tests/test_study.py): the fewest steps that still
-        # pre-train the two objectives in different numbers of steps
-        cfg = dict(preset="tiny", vocab=2048, corpus_tokens=12_000, seq_len=96, batch=16,
-                   ft_steps=8, ft_batch=8, lr=1e-3, ft_lr=1e-3, tasks=["docsum"], n_score=8)
-    else:
-        cfg = dict(preset="small", vocab=16384, corpus_tokens=40_000_000, seq_len=256,
-                   batch=args.pre_batch, lr=args.pre_lr, ft_steps=1500, ft_batch=64, ft_lr=args.ft_lr,
-                   tasks=args.tasks, n_score=None)
-    # recorded only where they differ from the first study's, whose cells name neither
-    if args.corpus != "shared":
-        cfg["corpus"] = args.corpus
-    if args.ft_warmup >= 0:
-        cfg["ft_warmup"] = args.ft_warmup
-    return cfg
+        # a smoke run of the whole protocol (CI's tests/test_study.py): the fewest steps that still pre-train the
+        # two objectives in different numbers of steps, the smallest grid that is still a choice
+        return dict(preset="tiny", vocab=2048, corpus_tokens=12_000, seq_len=96, batch=16, lr=1e-3,
+                    ft_steps=8, ft_batch=8, tasks=["docsum"], n_score=8, seeds=1,
+                    grid=dict(lr=[1e-3, 3e-3], target=1, dropout=[0.0], lp=[1.0, 2.0]))
+    return dict(preset="small", vocab=16384, corpus_tokens=40_000_000, seq_len=256, batch=128, lr=7e-4,
+                ft_steps=1500, ft_batch=64, tasks=args.tasks, n_score=None, seeds=args.seeds,
+                grid=dict(lr=[3e-4, 1e-3], target=2, dropout=[0.1, 0.2], lp=[0.6, 1.0, 1.5, 2.0]))
+
+
+def settings_key(cfg):
+    return {k: v for k, v in cfg.items() if k not in ("tasks", "n_score", "seeds")}
 
 
 def corpus_path(cfg, args):
-    if cfg["preset"] == "tiny":
-        return None
-    if cfg.get("corpus") == "shared+task_sources":
-        return str(corpus_with_task_sources(args))
-    return str(Path(args.data_dir) / "corpus")
-
-
-def corpus_with_task_sources(args):
-    """The shared corpus and the SOURCES of both tasks' training pairs (Gigaword's 10k articles, the
-    SQuAD QG sentences of its training part), each one document: unlabelled text of the tasks'
-    domains (task-adaptive pre-training, Gururangan et al. 2020). No target, no held-out source."""
-    folder = Path(args.cache_dir) / "corpus-with-task-sources"
-    if not (folder / "task_sources" / "done").exists():
-        shutil.copytree(Path(args.data_dir) / "corpus", folder / "shared", dirs_exist_ok=True)
-        articles = read_lines(Path(args.data_dir) / TASKS["gigaword"]["train"])
-        # a sentence comes once per question asked on it: once here
-        sentences = list(dict.fromkeys(read_lines(squad_split(args.data_dir, args.out) / "train.src")))
-        for name, docs in (("gigaword_train_articles.txt", articles),
-                           ("squad_qg_train_sources.txt", sentences)):
-            # a blank line between documents (data.read_documents)
-            atomic_write(folder / "task_sources" / name, "".join(d + "\n\n" for d in docs if d.strip()))
-        atomic_write(folder / "task_sources" / "done", "")
-    return folder
+    return None if cfg["preset"] == "tiny" else str(Path(args.data_dir) / "corpus")
 
 
 def systems_of(args):
@@ -347,74 +184,116 @@ def systems_of(args):
     return [s for s in SYSTEMS if s in wanted]
 
 
-def wanted_cells(names, tasks, seeds=3, only_seed=-1):
-    """(system, task, seed) of every cell these systems should have (of one seed: only_seed)."""
+def wanted_cells(names, tasks, seeds=3):
+    """(system, task, seed) of every final (test) cell these systems should have."""
     return [(n, t, k) for n in names for k in range(seeds)
-            if (SYSTEMS[n]["seeds"] is None or k in SYSTEMS[n]["seeds"]) and only_seed in (-1, k)
-            for t in tasks if on_task(n, t)]
+            if SYSTEMS[n]["seeds"] is None or k in SYSTEMS[n]["seeds"] for t in tasks]
 
 
-def on_task(name, task):
-    """Whether a system runs a task (every task unless its spec names some)."""
-    return SYSTEMS[name]["tasks"] is None or task in SYSTEMS[name]["tasks"]
+def grid_cells(names, tasks, cfg):
+    """(system, task, 0, configuration) of every dev cell the choices of these systems need."""
+    owners = dict.fromkeys(tuned(n) for n in names)
+    return [(o, t, 0, config) for o in owners for t in tasks for config, _ in grid(o, t, cfg)]
 
 
 def slug(name):
-    """A system's name as a file name: 'ernie_gen/no span flow' -> 'ernie_gen-no-span-flow'."""
+    """A name as a file name: 'ernie_gen/no span flow' -> 'ernie_gen-no-span-flow'."""
     return re.sub(r"[^a-z0-9_]+", "-", name.lower()).strip("-")
 
 
-def cell_stem(name, task, seed):
-    return f"{slug(name)}__{task}__seed{seed}"
+def cell_stem(name, task, seed, config=None):
+    """A cell's name: a final's is system, task and seed; a dev cell's adds its configuration."""
+    return f"{slug(name)}__{task}__seed{seed}" + (f"__{slug(config)}" if config else "")
 
 
-def squad_split(data_dir, out):
-    """SQuAD QG's dev part as train/test files: the last 10% of the lines held out (consecutive lines
-    are questions on one paragraph, so the held-out block is whole paragraphs but its first)."""
-    folder = Path(out) / "squad_qg"
-    if not (folder / "test.tgt").exists():
-        src = read_lines(Path(data_dir) / "squad_qg" / "src-dev.txt")
-        tgt = read_lines(Path(data_dir) / "squad_qg" / "tgt-dev.txt")
-        cut = int(0.9 * len(src))
-        # do not split a paragraph's questions
-        while cut < len(src) and src[cut] == src[cut - 1]:
-            cut += 1
-        for name, rows in (("train.src", src[:cut]), ("train.tgt", tgt[:cut]),
-                           ("test.src", src[cut:]), ("test.tgt", tgt[cut:])):
-            atomic_write(folder / name, "".join(r + "\n" for r in rows))
-    return folder
+def stem_of(cell):
+    return cell_stem(cell["system"], cell["task"], cell["seed"], cell.get("config"))
 
 
-# --- the cells: committed JSON files, or one json-lines file from a GPU machine ---------------------
+# --- the splits ------------------------------------------------------------------------------------------
+
+def sentence_cut(sources, share):
+    """The line at `share` of the lines, moved forward past the questions on the same source sentence."""
+    cut = int(share * len(sources))
+    while cut < len(sources) and sources[cut] == sources[cut - 1]:
+        cut += 1
+    return cut
+
+
+def task_pairs(task, cfg, args):
+    """{"select", "dev", "final", "test"}: a task's (source, target) pairs. Gigaword: its 10,000 training pairs
+    less the last 1,000 (dev); test: its 1,000 validation pairs. SQuAD QG (Du et al.'s dev file, 10,570 lines,
+    question after question on a source sentence, paragraph after paragraph): test is its last tenth, dev the
+    tenth before, each cut between two source sentences. docsum (--tiny): its own train / valid / test splits."""
+    if task == "docsum":
+        import data
+        parts = data.default_seq2seq(args.cache_dir)
+        select, dev, test = parts["train"], parts["valid"], parts["test"]
+    elif task == "gigaword":
+        folder = Path(args.data_dir) / "gigaword10k"
+        train = list(zip(read_lines(folder / "train.article.txt"), read_lines(folder / "train.title.txt")))
+        test = list(zip(read_lines(folder / "valid.article.txt"), read_lines(folder / "valid.title.txt")))
+        select, dev = train[:-SPLITS[task]["dev"]], train[-SPLITS[task]["dev"]:]
+    else:
+        folder = Path(args.data_dir) / "squad_qg"
+        src, tgt = read_lines(folder / "src-dev.txt"), read_lines(folder / "tgt-dev.txt")
+        dev_cut, test_cut = sentence_cut(src, 0.8), sentence_cut(src, 0.9)
+        pairs = list(zip(src, tgt))
+        select, dev, test = pairs[:dev_cut], pairs[dev_cut:test_cut], pairs[test_cut:]
+    parts = dict(select=select, dev=dev, final=select + dev, test=test)
+    sizes = {k: len(parts[k]) for k in ("select", "dev", "test")}
+    if task in SPLITS and sizes != SPLITS[task]:
+        raise UsageError(f"--data_dir {args.data_dir}: {task} splits into {sizes} pairs; the study's splits are "
+                         f"defined on {SPLITS[task]} (../shared/data's files)")
+    return parts
+
+
+def split_file(task, part, args):
+    """Where a part of a task is written (prepare()): train.py reads select/train.jsonl with its sibling
+    select/dev.jsonl (its held-out loss) or final/train.jsonl alone; scoring reads dev or test."""
+    folder = Path(args.out) / "splits" / task
+    return folder / {"select": "select/train.jsonl", "dev": "select/dev.jsonl", "final": "final/train.jsonl",
+                     "test": "test.jsonl"}[part]
+
+
+def read_pairs(path, n=None):
+    """(sources, references) of a written part, its first n pairs where n is given."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()][:n]
+    return [r["src"] for r in rows], [" ".join(r["tgt"].split()) for r in rows]
+
+
+# --- the cells: JSON-lines files, one cell a line ---------------------------------------------------------
 
 def read_cells(path):
-    """{stem: cell} from a folder of <stem>.json, a .jsonl file, or nothing (a path not there)."""
+    """{stem: cell} of a .jsonl file of cells (a later line replaces an earlier one of the same stem), or {}
+    where there is no such file."""
     path = Path(path)
     if path.is_dir():
-        return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
-    if path.is_file():
-        cells = {}
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if line.strip():
-                try:
-                    cell = json.loads(line)
-                    cells[cell_stem(cell["system"], cell["task"], cell["seed"])] = cell
-                except (ValueError, KeyError) as e:
-                    raise UsageError(f"{path}:{n}: not a cell ({e})") from None
+        raise UsageError(f"{path}: a folder; cells are one .jsonl file (one cell a line)")
+    cells = {}
+    if not path.is_file():
         return cells
-    return {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                cell = json.loads(line)
+                cells[stem_of(cell)] = cell
+            except (ValueError, KeyError) as e:
+                raise UsageError(f"{path}:{n}: not a cell ({e})") from None
+    return cells
 
 
 def write_cell(store, cell):
-    """Add a finished cell to a store: <store>/<stem>.json, or a line of <store> if it ends .jsonl."""
+    """Add a finished cell to a store: a line at the end of the .jsonl file."""
     store = Path(store)
-    if store.suffix == ".jsonl":
-        store.parent.mkdir(parents=True, exist_ok=True)
-        with open(store, "a", encoding="utf-8") as f:
-            f.write(json.dumps(cell) + "\n")
-    else:
-        atomic_write(store / f"{cell_stem(cell['system'], cell['task'], cell['seed'])}.json",
-                     json.dumps(cell, indent=1) + "\n")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    with open(store, "a", encoding="utf-8") as f:
+        f.write(json.dumps(cell) + "\n")
+
+
+def save_cells(path, cells):
+    """Write {stem: cell} as a .jsonl file, one cell a line sorted by stem (a new cell is a one-line diff)."""
+    atomic_write(path, "".join(json.dumps(cells[k]) + "\n" for k in sorted(cells)))
 
 
 def done_cells(stores, cfg):
@@ -429,8 +308,38 @@ def done_cells(stores, cfg):
     return {k: c for k, c in cells.items() if k not in other}
 
 
-def settings_key(cfg):
-    return {k: v for k, v in cfg.items() if k not in ("tasks", "n_score")}
+def superseded_cells():
+    """{label: cells} of the earlier studies (bench/study/superseded/)."""
+    return {label: read_cells(HERE / "superseded" / name) for name, label in SUPERSEDED.items()}
+
+
+# --- selection: on dev only -------------------------------------------------------------------------------
+
+def choose(cells, name, task, cfg):
+    """The choice `name` fine-tunes with on a task (its tuned system's): the configuration and length penalty of
+    the highest dev score in the task's main metric (the first in grid order among equals), as dict(system,
+    config, options, lp, dev, among); None until every configuration has its dev cell. Only dev scores are read: a
+    grid cell scored on any other split is refused."""
+    owner = tuned(name)
+    main = TASKS[task]["main"]
+    found = []
+    for config, options in grid(owner, task, cfg):
+        stem = cell_stem(owner, task, 0, config)
+        cell = cells.get(stem)
+        if cell is None:
+            return None
+        if cell.get("split") != "dev":
+            raise UsageError(f"selection reads dev scores only: cell {stem} holds scores of the "
+                             f"{cell.get('split') or 'unrecorded'} split")
+        for lp, got in ({} if cell.get("diverged") else cell["by_lp"]).items():
+            found.append((got[main], config, options, float(lp)))
+    among = configurations(owner, task, cfg)
+    if not found:
+        # every configuration diverged on dev: the first, with no dev score
+        config, options = grid(owner, task, cfg)[0]
+        return dict(system=owner, config=config, options=options, lp=cfg["grid"]["lp"][0], dev=None, among=among)
+    dev, config, options, lp = max(found, key=lambda row: row[0])
+    return dict(system=owner, config=config, options=options, lp=lp, dev=dev, among=among)
 
 
 # --- a pre-training job -------------------------------------------------------------------------
@@ -544,92 +453,108 @@ def run_pretraining(name, seed, cfg, args):
 
 # --- a fine-tuning job: one cell ------------------------------------------------------------------
 
-def run_cell(name, task, seed, cfg, args):
-    """Fine-tune (from the pre-training, or from random weights for a control), decode, score ->
-    the cell, written to --out/staged/ for the scheduler to collect."""
-    import train
-    spec = SYSTEMS[name]
-    cache = args.cache_dir
-    out = Path(args.out) / "work" / f"{slug(name)}-s{seed}" / f"ft-{task}"
-    options = {**spec["ft"], **spec["ft_task"].get(task, {})}
-    if options.get("lam_finetune", 1.0) < 1:
-        # the span flow in fine-tuning cuts spans with the corpus's span vocabulary (3.3)
-        options["span_vocab"] = prepare(cfg, args, ernie=True)
-    flags = train_flags(cfg, spec["objective"], out, cache, args, args.ft_compile, args.ft_pack)
-    flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size",
-              str(cfg["ft_batch"]), "--lr", str(cfg["ft_lr"]), "--seed", str(seed)]
-    flags += ["--warmup_steps", str(cfg["ft_warmup"])] if "ft_warmup" in cfg else []
-    flags += ["--attn_impl", args.ft_attn]
-    flags += ["--data", train_file(task, args)] if task != "docsum" else []
-    flags += option_flags(options)
+def job_spec(job, cfg, cells):
+    """What a fine-tuning job runs, resolved by the scheduler: a dev job ("ft", system, task, 0, configuration)
+    its grid options, decoded on dev at every length penalty; a final ("ft", system, task, seed) its tuned
+    system's choice (the system's own fine-tuning options over it), decoded on test at the chosen penalty."""
+    name, task, seed = job[1:4]
+    if len(job) == 5:
+        options = dict(grid(name, task, cfg))[job[4]]
+        return dict(system=name, task=task, seed=seed, split="dev", config=job[4], options=options,
+                    lps=cfg["grid"]["lp"])
+    chosen = choose(cells, name, task, cfg)
+    options = {**chosen.pop("options"), **SYSTEMS[name]["ft"]}
+    return dict(system=name, task=task, seed=seed, split="test", chosen=chosen, options=options,
+                lps=[chosen["lp"]])
+
+
+def run_cell(spec, cfg, args):
+    """Fine-tune (from the pre-training, or from random weights for a control), decode, score -> the cell,
+    written to --out/staged/ for the scheduler to collect."""
+    name, task, seed, split = spec["system"], spec["task"], spec["seed"], spec["split"]
+    system_ = SYSTEMS[name]
+    stem = cell_stem(name, task, seed, spec.get("config"))
+    out = Path(args.out) / "work" / f"{slug(name)}-s{seed}" / f"ft-{stem.split('__', 1)[1]}"
+    part = "select" if split == "dev" else "final"
+    flags = train_flags(cfg, system_["objective"], out, args.cache_dir, args, args.ft_compile, args.ft_pack)
+    flags += ["--task", "seq2seq", "--max_steps", str(cfg["ft_steps"]), "--batch_size", str(cfg["ft_batch"]),
+              "--seed", str(seed), "--data", str(split_file(task, part, args))]
+    flags += option_flags(spec["options"])
     pre = None
-    if not spec["control"]:
-        folder = pre_dir(args, spec["pretrained_as"] or name, seed)
+    if not system_["control"]:
+        folder = pre_dir(args, system_["pretrained_as"] or name, seed)
         pre = json.loads((folder / "done.json").read_text())
         flags += ["--init_from", str(folder / "ckpt.pt")]
     else:
         flags += ["--vocab", vocab_file(cfg, args)]
+    cell = dict(system=name, task=task, seed=seed, split=split, objective=system_["objective"],
+                settings=settings_key(cfg), options=dict(pre=system_["pre"], ft=spec["options"]),
+                pretrained_as=system_["pretrained_as"], pretrain=pre)
+    cell.update({k: spec[k] for k in ("config", "chosen") if k in spec})
     t0 = time.time()
-    cell = dict(system=name, task=task, seed=seed, objective=spec["objective"],
-                settings=settings_key(cfg), options=dict(pre=spec["pre"], ft=options),
-                pretrained_as=spec["pretrained_as"], pretrain=pre)
-    staged = Path(args.out) / "staged" / f"{cell_stem(name, task, seed)}.json"
-    try:
-        train.main(flags)
-    except SystemExit as e:
-        if e.code != train.DIVERGED:
-            raise
-        # the loss went non-finite: the same seed would again, so the cell is done, without scores
-        cell.update(diverged=True, finetune=dict(seconds=time.time() - t0, packed=packed(args.ft_pack),
-                                                 attn=args.ft_attn))
+    attn = fine_tune(flags, args)
+    cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=time.time() - t0, packed=packed(args.ft_pack), attn=attn)
+    staged = Path(args.out) / "staged" / f"{stem}.json"
+    if attn is None:
+        # the loss went non-finite on both attentions: the same seed would again, so the cell is done, unscored
+        cell["diverged"] = True
         atomic_write(staged, json.dumps(cell))
         return
-    ft_seconds = time.time() - t0
-    ft_batch = options.get("batch_size", cfg["ft_batch"])
-    cell["finetune"] = dict(steps=cfg["ft_steps"], seconds=ft_seconds, packed=packed(args.ft_pack),
-                            attn=args.ft_attn,
-                            flops=cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, ft_batch,
-                                                                   args))
-    cell.update(score(out / "ckpt.pt", task, cfg, args, spec["lp"].get(task, TASKS[task]["lp"])))
+    if split == "test":
+        ft_batch = spec["options"].get("batch_size", cfg["ft_batch"])
+        cell["finetune"]["flops"] = cfg["ft_steps"] * finetune_flops(out / "ckpt.pt", task, ft_batch, args)
+    cell.update(score(out / "ckpt.pt", task, split, spec["lps"], cfg, args))
     atomic_write(staged, json.dumps(cell))
+    # the cell holds all the study reads; a checkpoint with its optimizer state (0.34 GB for the small model) a cell
+    # would fill the disk
+    (out / "ckpt.pt").unlink(missing_ok=True)
 
 
-def train_file(task, args):
-    if task == "gigaword":
-        return str(Path(args.data_dir) / TASKS[task]["train"])
-    return str(squad_split(args.data_dir, args.out) / "train.src")
+def fine_tune(flags, args):
+    """train.py on these flags, on --ft_attn's attention; a loss gone non-finite on SDPA runs again on the
+    written-out attention, the same function (some controls at lr 1e-3 stopped on a NaN on SDPA's cuDNN kernel in
+    10 of 14 runs, in none of 10 written out: bench/RESULTS.md, the study). -> the attention that finished, or
+    None where it diverged on both."""
+    import train
+    for attn in dict.fromkeys([args.ft_attn, "naive"]):
+        try:
+            train.main(flags + ["--attn_impl", attn])
+            return attn
+        except SystemExit as e:
+            if e.code != train.DIVERGED:
+                raise
+    return None
 
 
 def vocab_file(cfg, args):
-    """The study's vocabulary as a file (a control starts from random weights but reads the same
-    pieces)."""
-    path = vocab_path(cfg, args)
+    """The study's vocabulary as a file (a control starts from random weights but reads the same pieces)."""
+    path = Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt"
     if not path.exists():
         prepare(cfg, args, ernie=False)
     return str(path)
 
 
-def vocab_path(cfg, args):
-    """The study's vocabulary file: one per corpus (the shared corpus's keeps its first name)."""
-    corpus = "" if cfg.get("corpus", "shared") == "shared" else f"-{slug(cfg['corpus'])}"
-    return Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}{corpus}.txt"
-
-
 def prepare(cfg, args, ernie, progress=False):
-    """The caches every job reads, built once before the jobs start (not by 4 x K processes at
-    once): the vocabulary and the tokenized corpus, ERNIE-GEN's span vocabulary, SQuAD's split.
-    -> the span vocabulary's path."""
+    """The caches every job reads, built once before the jobs start (not by 4 x K processes at once): the
+    vocabulary and the tokenized corpus, ERNIE-GEN's span vocabulary, each task's parts as files and their
+    tokenized training pairs. -> the span vocabulary's path."""
     import data
     tok, splits, info = data.prepare_pretrain(corpus_path(cfg, args), cfg["vocab"], args.cache_dir,
                                               max_tokens=cfg["seq_len"] - 3, progress=progress)
-    tok.save(vocab_path(cfg, args))
+    tok.save(Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt")
     # where train.py looks for it (train.load_data)
     spans = Path(info["cache_path"]) / "span_vocab.json"
     if ernie:
         from objectives.ernie_gen import build_span_vocab
         build_span_vocab(splits["train"], tok, cache_path=spans, progress=progress)
-    if "squad_qg" in cfg["tasks"]:
-        squad_split(args.data_dir, args.out)
+    for task in cfg["tasks"]:
+        if split_file(task, "test", args).exists():
+            continue
+        for part, pairs in task_pairs(task, cfg, args).items():
+            atomic_write(split_file(task, part, args),
+                         "".join(json.dumps(dict(src=s, tgt=t)) + "\n" for s, t in pairs))
+        for part in ("select", "final"):
+            data.prepare_seq2seq(str(split_file(task, part, args)), tok, args.cache_dir, progress=False)
     return str(spans)
 
 
@@ -638,70 +563,64 @@ def finetune_flops(ckpt, task, ft_batch, args):
     import data
     import generate
     model, tok, obj = generate.load_checkpoint(str(ckpt))
-    if task == "docsum":
-        pairs = data.default_seq2seq(args.cache_dir)["train"]
-    else:
-        pairs = data.read_seq2seq(train_file(task, args))
+    pairs = data.read_seq2seq(str(split_file(task, "final", args)))
     rng = random.Random(0)
     encoded = [(tok.encode(s), tok.encode(t)) for s, t in rng.sample(pairs, 5 * ft_batch)]
     batches = [obj.make_batch(encoded[i::5], rng) for i in range(5)]
     return flops_per_step(model, batches)
 
 
-def score_split(task, cfg, args):
-    """(sources, references) of the held-out split a task is scored on."""
-    if task == "docsum":
-        import data
-        pairs = data.default_seq2seq(args.cache_dir)["test"][:cfg["n_score"]]
-        return [s for s, _ in pairs], [" ".join(t.split()) for _, t in pairs]
-    if task == "gigaword":
-        prefix = Path(args.data_dir) / TASKS[task]["score"]
-        return read_lines(f"{prefix}.article.txt"), read_lines(f"{prefix}.title.txt")
-    folder = squad_split(args.data_dir, args.out)
-    return read_lines(folder / "test.src"), read_lines(folder / "test.tgt")
-
-
-def score(ckpt, task, cfg, args, length_penalty):
-    """Decode the held-out sources and score them; teacher-forced accuracy; the hardware."""
+def score(ckpt, task, split, lps, cfg, args):
+    """Decode a split's sources at each length penalty and score them. Dev: the scores and output lengths at each
+    penalty (what selection reads). Test, at one penalty: the scores, each pair's statistics of the task's main
+    metric (what the bootstrap draws), teacher-forced accuracy, the share of output words found in the source,
+    output lengths, three samples."""
     import torch
-    import evaluate
     import generate
-    sources, refs = score_split(task, cfg, args)
+    sources, refs = read_pairs(split_file(task, split, args), cfg["n_score"])
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok, obj = generate.load_checkpoint(str(ckpt), device)
     autocast = torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda")
-
-    def decode(lp):
-        """The held-out sources, decoded at length penalty lp."""
-        with autocast:
-            return generate.generate_text(model, tok, obj, sources, beam_size=5, max_len=32,
-                                          length_penalty=lp, batch_size=64)
     t0 = time.time()
-    hyps = decode(length_penalty)
+    outputs = {}
+    for lp in lps:
+        with autocast:
+            outputs[lp] = generate.generate_text(model, tok, obj, sources, beam_size=5, max_len=32,
+                                                 length_penalty=lp, batch_size=64)
+    card = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    result = dict(n_pairs=len(refs), torch=torch.__version__, card=card)
+    if split == "dev":
+        by_lp = {f"{lp:g}": dict(metrics(hyps, refs), words=mean_words(hyps)) for lp, hyps in outputs.items()}
+        return dict(result, by_lp=by_lp, decode=dict(seconds=time.time() - t0))
+    (hyps,) = outputs.values()
     with autocast:
         accuracy = teacher_forced_accuracy(model, tok, obj, sources, refs)
-    seconds = time.time() - t0
-    rouge = evaluate.rouge_bootstrap(hyps, refs, stem=True, n_samples=1000)
-    scores = {k: dict(f=100 * rouge[k]["fmeasure"]["mean"], low=100 * rouge[k]["fmeasure"]["low"],
-                      high=100 * rouge[k]["fmeasure"]["high"]) for k in ("rouge1", "rouge2", "rougeL")}
-    scores["bleu"] = dict(f=evaluate.bleu(hyps, refs), low=None, high=None)
-    examples = [dict(source=s, reference=r, output=h) for s, r, h in zip(sources, refs, hyps)][:3]
-    card = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    # how much of what the system writes it takes from the source (the references' share beside it)
-    copied = dict(outputs=copy_rate(hyps, sources), references=copy_rate(refs, sources))
-    # how long it writes: mean words an output, the references' beside it
-    words = dict(outputs=mean_words(hyps), references=mean_words(refs))
-    decoded = dict(seconds=seconds, copied=copied, words=words)
-    # --lp_sweep: the same checkpoint decoded at other length penalties (the decoding's own lever)
-    sweep = {}
-    for lp in [lp for lp in args.lp_sweep if lp != length_penalty]:
-        other = decode(lp)
-        sweep[str(lp)] = dict(rougeL=100 * evaluate.rouge(other, refs, stem=True)["rougeL"]["fmeasure"],
-                              bleu=evaluate.bleu(other, refs), words=mean_words(other))
-    if sweep:
-        decoded["lp_sweep"] = dict(sweep, used=length_penalty)
-    return dict(scores=scores, teacher_forced_acc=accuracy, decode=decoded,
-                examples=examples, torch=torch.__version__, card=card)
+    # how much of what the system writes it takes from the source, and how long it writes (the references beside)
+    decoded = dict(seconds=time.time() - t0, copied=dict(outputs=copy_rate(hyps, sources),
+                                                          references=copy_rate(refs, sources)),
+                   words=dict(outputs=mean_words(hyps), references=mean_words(refs)))
+    return dict(result, lp=lps[0], scores={m: dict(f=v) for m, v in metrics(hyps, refs).items()},
+                pairs=pair_stats(hyps, refs, TASKS[task]["main"]), teacher_forced_acc=accuracy, decode=decoded,
+                examples=[dict(source=s, reference=r, output=h) for s, r, h in zip(sources, refs, hyps)][:3])
+
+
+def metrics(hyps, refs):
+    """ROUGE-1/2/L F1 (mean over pairs, stemmed) and corpus BLEU-4 (13a), in percent."""
+    import evaluate
+    rouge = evaluate.rouge(hyps, refs, stem=True)
+    return {**{k: 100 * rouge[k]["fmeasure"] for k in ("rouge1", "rouge2", "rougeL")},
+            "bleu": evaluate.bleu(hyps, refs)}
+
+
+def pair_stats(hyps, refs, metric):
+    """Each pair's share of a metric: its ROUGE-L F1 (percent; the score is their mean), or BLEU's sufficient
+    statistics [output length, reference length, matched 1- to 4-grams] (the score is BLEU of their sums)."""
+    import evaluate
+    if metric == "rougeL":
+        return [round(100 * evaluate.rouge_scores(h, r, stem=True)["rougeL"]["fmeasure"], 4)
+                for h, r in zip(hyps, refs)]
+    stats = [evaluate.bleu_details([h], [r]) for h, r in zip(hyps, refs)]
+    return [[s["sys_len"], s["ref_len"], *s["counts"]] for s in stats]
 
 
 def mean_words(texts):
@@ -746,22 +665,21 @@ def teacher_forced_accuracy(model, tok, obj, sources, refs, batch_size=64):
 # --- the scheduler: K processes per GPU, a time limit, resumable ------------------------------------
 
 def plan(todo, args, seconds=None):
-    """Jobs for the missing cells: ("pre", system, seed) for each pre-training they need that is not
-    done on this machine, then ("ft", system, task, seed) per cell. seconds: a pre-training's wall
-    time in earlier cells, by system (pretrain_seconds), to start the longest of a seed first."""
+    """Jobs for the missing cells: ("pre", system, seed) for each pre-training they need that is not done on
+    this machine, then ("ft", *cell) per cell (a dev cell's tuple ends with its configuration). seconds: a
+    pre-training's wall time in earlier cells, by system (pretrain_seconds), to start the longest of a seed first."""
     pres = []
-    for name, task, seed in todo:
-        spec = SYSTEMS[name]
-        source = spec["pretrained_as"] or name
-        job = ("pre", source, seed)
-        done = (pre_dir(args, source, seed) / "done.json").exists()
+    for cell in todo:
+        spec = SYSTEMS[cell[0]]
+        job = ("pre", spec["pretrained_as"] or cell[0], cell[2])
+        done = (pre_dir(args, *job[1:]) / "done.json").exists()
         if not spec["control"] and job not in pres and not done:
             pres.append(job)
-    # seed 0 of every system first: a study cut short has every system once; within a seed the
-    # longest first, so the last to start are short (a long one started late sets the wall time)
+    # seed 0 of every system first (the choices need it); within a seed the longest first, so the last to start
+    # are short (a long one started late sets the wall time)
     seconds = seconds or {}
     pres.sort(key=lambda j: (j[2], -seconds.get(j[1], 0.0)))
-    return pres + [("ft", name, task, seed) for name, task, seed in sorted(todo, key=lambda c: c[2])]
+    return pres + [("ft", *cell) for cell in sorted(todo, key=lambda c: (c[2], len(c) == 3))]
 
 
 def pretrainings(cells):
@@ -772,34 +690,39 @@ def pretrainings(cells):
 
 def pretrain_seconds(cells):
     """{system: mean wall seconds of its pre-training} over these cells (of any settings)."""
-    runs = {}
+    runs_ = {}
     for (name, _), record in pretrainings(cells).items():
-        runs.setdefault(name, []).append(record["seconds"])
-    return {name: statistics.mean(seconds) for name, seconds in runs.items()}
+        runs_.setdefault(name, []).append(record["seconds"])
+    return {name: statistics.mean(seconds) for name, seconds in runs_.items()}
 
 
-def ready(job, args):
-    """A fine-tuning job is ready once its pre-training is done (a control at once)."""
-    if job[0] == "pre" or SYSTEMS[job[1]]["control"]:
+def ready(job, args, cells, cfg):
+    """A pre-training can start at once; a fine-tuning once its pre-training is done (a control at once) and,
+    for a final, once its tuned system's choice is made (every dev cell of its grid is in)."""
+    if job[0] == "pre":
         return True
-    return (pre_dir(args, *pre_of(job)[1:]) / "done.json").exists()
+    if not SYSTEMS[job[1]]["control"] and not (pre_dir(args, *pre_of(job)[1:]) / "done.json").exists():
+        return False
+    return len(job) == 5 or choose(cells, job[1], job[2], cfg) is not None
 
 
-def next_job(jobs, args):
-    """A fine-tuning whose pre-training is done (its cell finishes soon), else a pre-training, else a
-    control's fine-tuning, else None. Controls come last: they need nothing, while a pre-training
-    (the longest job) gates cells and is lost at the limit on a fresh machine (eighth session: the
-    30 controls first filled a whole call and the pre-trainings started minutes before its limit)."""
-    tuned = [j for j in jobs if j[0] == "ft" and not SYSTEMS[j[1]]["control"] and ready(j, args)]
-    pre = [j for j in jobs if j[0] == "pre"]
-    controls = [j for j in jobs if j[0] == "ft" and SYSTEMS[j[1]]["control"]]
-    return (tuned + pre + controls)[0] if tuned + pre + controls else None
+def next_job(jobs, args, cells, cfg):
+    """The first ready job of the highest rank, else None: a final (it finishes a cell, and the page needs
+    it), a dev cell of a pre-trained system (choices gate finals), a pre-training (the longest job; it gates
+    cells, and is lost at the limit on a fresh machine), then a control's dev cell (it needs nothing)."""
+    def rank(job):
+        if job[0] == "pre":
+            return 2
+        return 0 if len(job) == 4 else 3 if SYSTEMS[job[1]]["control"] else 1
+    waiting = [j for j in jobs if ready(j, args, cells, cfg)]
+    return min(waiting, key=rank) if waiting else None
 
 
-def schedule(jobs, args, store):
-    """Run the jobs, --per_gpu at a time on each GPU (--gpus 0: on the CPU). At --time_limit_min (or
-    after --stop_after_cells new cells) no job starts and those in flight are stopped (a
-    pre-training checkpoints, and resumes next time on this machine). -> the number of new cells."""
+def schedule(jobs, args, store, cells, cfg):
+    """Run the jobs, --per_gpu at a time on each GPU (--gpus 0: on the CPU); cells: those done, to which each
+    new cell is added (the choices read them). At --time_limit_min (or after --stop_after_cells new cells) no
+    job starts and those in flight are stopped (a pre-training checkpoints, and resumes next time on this
+    machine). -> the number of new cells."""
     free = list(range(max(1, args.gpus) * args.per_gpu))
     running = {}
     deadline = time.time() + 60 * args.time_limit_min if args.time_limit_min else None
@@ -823,12 +746,13 @@ def schedule(jobs, args, store):
                 stopped = [time.time() - t0 for _, _, t0 in running.values()]
                 stop_all(running)
                 break
-            while free and (job := next_job(jobs, args)):
+            while free and (job := next_job(jobs, args, cells, cfg)):
                 jobs.remove(job)
                 slot = free.pop(0)
-                running[start_job(job, slot, args, logs)] = (job, slot, time.time())
+                payload = job if job[0] == "pre" else job_spec(job, cfg, cells)
+                running[start_job(job, payload, slot, args, logs)] = (job, slot, time.time())
             if not running:
-                print(f"{len(jobs)} job(s) cannot run: their pre-training failed", flush=True)
+                print(f"{len(jobs)} job(s) cannot run: a pre-training or a choice they need failed", flush=True)
                 break
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
@@ -838,7 +762,7 @@ def schedule(jobs, args, store):
                 free.append(slot)
                 busy.append(time.time() - t0)
                 print(f"{job_name(job)}: {busy[-1] / 60:.1f} min", flush=True)
-                new_cells += finished(job, proc.returncode, jobs, args, store, logs)
+                new_cells += finished(job, proc.returncode, jobs, args, store, logs, cells)
     except KeyboardInterrupt:
         print("interrupted: the jobs in flight stopped; finished cells are kept", flush=True)
         stop_all(running)
@@ -855,7 +779,7 @@ def interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def finished(job, returncode, jobs, args, store, logs):
+def finished(job, returncode, jobs, args, store, logs, cells):
     """After a job: collect its cell, or drop the cells that needed a failed pre-training. -> new
     cells (0 or 1)."""
     if returncode:
@@ -871,7 +795,7 @@ def finished(job, returncode, jobs, args, store, logs):
     if job[0] == "pre":
         print(f"pre-trained {job[1]} seed {job[2]}", flush=True)
         return 0
-    return collect(job, args, store)
+    return collect(job, args, store, cells)
 
 
 def pre_of(job):
@@ -880,10 +804,11 @@ def pre_of(job):
 
 
 def job_name(job):
-    return "__".join([job[0], slug(job[1])] + [str(x) for x in job[2:]])
+    return "__".join([job[0], slug(job[1])] + [slug(str(x)) for x in job[2:]])
 
 
-def start_job(job, slot, args, logs):
+def start_job(job, payload, slot, args, logs):
+    """A job's own process (`study.py job PAYLOAD`): a pre-training's job tuple, or a fine-tuning's job_spec."""
     env = {**os.environ, **getattr(args, "job_env", {}), "PYTHONUNBUFFERED": "1",
            "STUDY_SCHEDULER": str(os.getpid())}
     n_slots = max(1, args.gpus) * args.per_gpu
@@ -896,7 +821,7 @@ def start_job(job, slot, args, logs):
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         gpus = visible.split(",") if visible else [str(i) for i in range(args.gpus)]
         env["CUDA_VISIBLE_DEVICES"] = gpus[slot % args.gpus]
-    cmd = [sys.executable, __file__, "job", json.dumps(job)] + forwarded(args)
+    cmd = [sys.executable, __file__, "job", json.dumps(payload)] + forwarded(args)
     log = open(logs / f"{job_name(job)}.log", "w")
     print(f"start {job_name(job)} (slot {slot})", flush=True)
     # its own process group: a Ctrl-C in the terminal reaches the scheduler, which stops it
@@ -908,11 +833,8 @@ def forwarded(args):
     """The flags a job needs to compute what its scheduler asked for."""
     flags = ["--out", args.out, "--data_dir", args.data_dir, "--cache_dir", args.cache_dir,
              "--compile", args.compile, "--ft_compile", args.ft_compile, "--pack", args.pack,
-             "--ft_pack", args.ft_pack,
-             "--workers", str(args.workers), "--pre_batch", str(args.pre_batch), "--pre_lr",
-             str(args.pre_lr), "--ft_lr", str(args.ft_lr), "--ft_warmup", str(args.ft_warmup),
-             "--corpus", args.corpus, "--tasks", ",".join(args.tasks), "--ft_attn", args.ft_attn,
-             "--lp_sweep", ",".join(map(str, args.lp_sweep))]
+             "--ft_pack", args.ft_pack, "--workers", str(args.workers), "--tasks", ",".join(args.tasks),
+             "--ft_attn", args.ft_attn]
     return flags + (["--tiny"] if args.tiny else [])
 
 
@@ -925,8 +847,8 @@ def multi_process_service(args):
     folders (under /tmp: short paths), which the jobs reach through the two variables yielded; no GPU
     setting changes, and the daemon quits when the run ends, however it ends. Without --mps: {}.
     Why: processes sharing a GPU take turns, and each of this small model's kernels leaves most of
-    the GPU idle; under the service their kernels run side by side (bench/study_speed_gpu.sh: four
-    pre-trainings on one H100 made 39.2 steps/s together, against 29.8 for two without it)."""
+    the GPU idle; under the service their kernels run side by side (four pre-trainings on one H100 made 39.2
+    steps/s together, against 29.8 for two without it: bench/RESULTS.md, the study)."""
     if not args.mps:
         yield {}
         return
@@ -960,310 +882,121 @@ def stop_all(running, grace=30):
         proc.wait()
 
 
-def collect(job, args, store):
-    """Move a finished cell from --out/staged into the --cells_out store."""
-    staged = Path(args.out) / "staged" / f"{cell_stem(*job[1:])}.json"
+def collect(job, args, store, cells):
+    """Move a finished cell from --out/staged into the --cells_out store and into cells."""
+    stem = cell_stem(*job[1:])
+    staged = Path(args.out) / "staged" / f"{stem}.json"
     if not staged.exists():
         print(f"no cell from {job}", flush=True)
         return 0
     cell = json.loads(staged.read_text())
     write_cell(store, cell)
     # and beside the work: a later run on this machine skips it even before an import
-    if Path(store) != Path(args.out) / "cells":
-        write_cell(Path(args.out) / "cells", cell)
+    if Path(store) != Path(args.out) / "cells.jsonl":
+        write_cell(Path(args.out) / "cells.jsonl", cell)
+    cells[stem] = cell
     staged.unlink()
     main = TASKS[cell["task"]]["main"]
-    said = "diverged" if cell.get("diverged") else f"{NAMES[main]} {cell['scores'][main]['f']:.2f}"
-    print(f"cell {cell_stem(*job[1:])}: {said}", flush=True)
+    said = ("diverged" if cell.get("diverged") else f"test {NAMES[main]} {cell['scores'][main]['f']:.2f}"
+            if cell["split"] == "test" else "dev " + ", ".join(f"lp {lp} {NAMES[main]} {got[main]:.2f}"
+                                                               for lp, got in cell["by_lp"].items()))
+    print(f"cell {stem}: {said}", flush=True)
     return 1
 
 
-# --- the results page -----------------------------------------------------------------------------
+# --- the results: scores over seeds, intervals over test pairs and seeds -----------------------------------
 
-T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}
-
-
-def scored(cells):
-    """The cells with scores: a fine-tuning that diverged is a cell (done, not run again) without."""
-    return [c for c in cells.values() if not c.get("diverged")]
+DRAWS = 2000
+# processes at once, on average, in a measured run of the study's jobs on a 4x H200 machine (--per_gpu 4 --mps):
+# 234 process-minutes in 17.3 minutes of wall time (bench/RESULTS.md, the study); the time estimate divides by it
+AT_ONCE = 13.5
 
 
-def runs(cells, name, task):
-    """The scored cells of a system on a task (one a seed)."""
-    return [c for c in scored(cells) if c["system"] == name and c["task"] == task]
+def runs(cells, name, task, split="test"):
+    """{seed: cell} of a system's scored cells on a task and split (a superseded cell, which records no split,
+    was scored on what is the test split here)."""
+    return {c["seed"]: c for c in cells.values() if c["system"] == name and c["task"] == task
+            and c.get("split", "test") == split and not c.get("diverged") and "scores" in c}
 
 
 def summary(cells, name, task, metric):
-    """(mean, std, (low, high), n) over the seeds of a system on a task; the 95% interval is
-    Student's t over the seeds, or the bootstrap interval of the one run when there is one seed."""
-    rows = runs(cells, name, task)
-    values = [c["scores"][metric]["f"] for c in rows]
+    """(mean, std, seeds) of a system's test scores in a metric over its seeds, or None."""
+    values = [c["scores"][metric]["f"] for c in runs(cells, name, task).values()]
     if not values:
         return None
-    mean = statistics.mean(values)
-    if len(values) == 1:
-        s = rows[0]["scores"][metric]
-        return mean, 0.0, (s["low"], s["high"]), 1
-    std = statistics.stdev(values)
-    half = T_975.get(len(values), 2.0) * std / math.sqrt(len(values))
-    return mean, std, (mean - half, mean + half), len(values)
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values)
 
 
-def length_sweep(cells, name, task):
-    """{length penalty: (mean score, mean words an output, seeds)} of a system's cells decoded at
-    several length penalties (study.py --lp_sweep; the cell's own penalty among them), in the task's
-    main metric; {} where none was."""
+def pair_rows(cell, metric):
+    """(N, k) array of a test cell's pair statistics: ROUGE-L F1 (k = 1), or BLEU's output length, reference
+    length, matched 1- to 4-grams and output 1- to 4-grams (k = 10)."""
+    import numpy as np
+    rows = np.asarray(cell["pairs"], dtype=np.float64)
+    if metric == "rougeL":
+        return rows[:, None]
+    # an output of L tokens has max(L - n + 1, 0) n-grams
+    grams = np.stack([np.maximum(rows[:, 0] - n, 0) for n in range(4)], axis=1)
+    return np.concatenate([rows, grams], axis=1)
+
+
+def metric_of(sums, n, metric):
+    """The metric of each row of summed pair statistics (rows of pair_rows, summed over n pairs)."""
+    import numpy as np
+    import evaluate
+    if metric == "rougeL":
+        return sums[:, 0] / n
+    return np.array([evaluate._bleu_from_stats(list(s[2:6]), list(s[6:10]), s[0], s[1])["score"] for s in sums])
+
+
+def interval(cells, name, task, base=None, draws=DRAWS, seed=0):
+    """(estimate, low, high, seeds) of a system's test score in the task's main metric, or of its difference from
+    base (its control, its parent): the mean over seeds of each seed's score (minus base's on the same seed and
+    pairs), with a 95% percentile bootstrap that draws the test pairs and the seeds with replacement, one draw for
+    both systems (paired). Only the seeds both ran count; None where there are none."""
+    import numpy as np
     metric = TASKS[task]["main"]
-    by_lp = {}
-    for c in runs(cells, name, task):
-        if "lp_sweep" not in c["decode"]:
-            continue
-        sweep = dict(c["decode"]["lp_sweep"])
-        used = sweep.pop("used")
-        by_lp.setdefault(float(used), []).append((c["scores"][metric]["f"], c["decode"]["words"]["outputs"]))
-        for lp, got in sweep.items():
-            by_lp.setdefault(float(lp), []).append((got[metric], got["words"]))
-    return {lp: (statistics.mean(v for v, _ in rows), statistics.mean(w for _, w in rows), len(rows))
-            for lp, rows in sorted(by_lp.items())}
+    sides = [runs(cells, n, task) for n in (name, base) if n]
+    seeds = sorted(set.intersection(*(set(side) for side in sides)))
+    if not seeds or any("pairs" not in side[k] for side in sides for k in seeds):
+        return None
+    rows = [[pair_rows(side[k], metric) for k in seeds] for side in sides]
+    n = len(rows[0][0])
+    if any(len(r) != n for side in rows for r in side):
+        raise UsageError(f"{name}, {task}: cells scored on different numbers of test pairs")
+    rng = np.random.default_rng(seed)
+    # how often each pair is drawn, a row a draw (N draws with replacement), and the seeds each draw takes
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=draws).astype(np.float64)
+    picks = rng.integers(0, len(seeds), size=(draws, len(seeds)))
+    point, drawn = 0.0, np.zeros(draws)
+    for sign, side in zip((1, -1), rows):
+        point += sign * statistics.mean(float(metric_of(r.sum(0, keepdims=True), n, metric)[0]) for r in side)
+        per_seed = np.stack([metric_of(counts @ r, n, metric) for r in side], axis=1)       # (draws, seeds)
+        drawn += sign * np.take_along_axis(per_seed, picks, axis=1).mean(axis=1)
+    low, high = np.percentile(drawn, [2.5, 97.5])
+    return point, float(low), float(high), len(seeds)
 
 
-def reference_words(cells, task):
-    """Mean words a reference of a task (the cells that measured output lengths), or None."""
-    rows = [c["decode"]["words"]["references"] for c in scored(cells)
-            if c["task"] == task and "words" in c["decode"]]
-    return statistics.mean(rows) if rows else None
+def shown(value, sign="", full=3):
+    """An interval() as text: '29.12 [28.40, 29.85]' (sign "+": a difference, '+2.10 [+1.05, +3.02]'), its seeds
+    said where fewer than full, or a dash."""
+    if value is None:
+        return "-"
+    fewer = f" ({seeds(value[3])})" if value[3] < full else ""
+    return "{0:{3}.2f} [{1:{3}.2f}, {2:{3}.2f}]".format(*value[:3], sign) + fewer
 
 
-def length_table(cells, tasks, names):
-    """The page's section on the decoding length: every system whose cells were decoded again at
-    other length penalties, its score and output length at each (mean over its seeds)."""
-    lines = []
-    for task in tasks:
-        swept = {n: length_sweep(cells, n, task) for n in names}
-        swept = {n: v for n, v in swept.items() if v}
-        if not swept:
-            continue
-        metric = NAMES[TASKS[task]["main"]]
-        lps = sorted({lp for v in swept.values() for lp in v})
-        if not lines:
-            lines = ["## Decoding length (study.py --lp_sweep)", "",
-                     "The same fine-tuned checkpoints decoded again at other length penalties (a higher one "
-                     "favours longer outputs); each entry is the mean over the system's seeds, then the mean "
-                     "words an output. The tables above score each system at its own length penalty.", ""]
-        lines += [f"**{task}**, {metric} (words an output; the references: "
-                  f"{reference_words(cells, task):.2f})", "",
-                  "| system | seeds | " + " | ".join(f"lp {lp:g}" for lp in lps) + " |",
-                  "|---|---|" + "---|" * len(lps)]
-        for name, sweep in swept.items():
-            n = max(v[2] for v in sweep.values())
-            lines.append(f"| {name} | {n} | " + " | ".join(
-                f"{sweep[lp][0]:.2f} ({sweep[lp][1]:.1f})" if lp in sweep else "-" for lp in lps) + " |")
-        lines.append("")
-    return lines
+def seeds(n):
+    return f"{n} seed" + "s" * (n != 1)
 
 
-def report(cells, tasks, names, folder="bench/study/cells"):
-    """The results page as markdown: per task a table of every system, the goals, sample outputs."""
-    lines = ["# The study: four objectives on one backbone", "",
-             f"Generated by `python bench/study.py report` from the cells in `{folder}/` "
-             "(one JSON per system, task and seed); do not edit by hand. How the study runs, its "
-             "settings and its budget estimate: `bench/study.py`'s docstring; the pictures: "
-             "`notebooks/07_study.ipynb`.", "",
-             "Each objective pre-trains the same model on the same number of corpus tokens, then is "
-             "fine-tuned with its own recipe; a control is the same fine-tuning from random weights. "
-             "A value is the mean ± the standard deviation over seeds; the 95% interval is Student's "
-             "t over the seeds (with one seed: that run's bootstrap interval; BLEU has none). "
-             "Teacher-forced accuracy: the share of held-out reference tokens that are the model's "
-             "first choice given the true prefix, read through the decoding loop. Words from the "
-             "source: the share of the decoded words (and of the references') found in their "
-             "source. Wall times are per process, with several processes sharing a GPU.", ""]
-    if cells:
-        first = next(iter(cells.values()))
-        cards = sorted({f"{c['card']} (torch {c['torch']})" for c in scored(cells)})
-        lines += [f"Settings: `{json.dumps(first['settings'])}`. Ran on: {', '.join(cards)}.", ""]
-        lines += [layout(cells), ""]
-    lines += goals(cells, tasks)
-    failed = [c for c in cells.values() if c.get("diverged")]
-    if failed:
-        lines += ["Fine-tunings that diverged (the loss went non-finite; train.py stopped them): "
-                  + "; ".join(f"{c['system']}, {c['task']}, seed {c['seed']}" for c in failed)
-                  + ". They are done but have no scores: the means are over the other seeds.", ""]
-    lines += gains(cells, tasks, names)
-    for task in tasks:
-        lines += task_table(cells, task, names)
-    lines += length_table(cells, tasks, names)
-    lines += ["## Sample outputs (seed 0, the first three held-out sources)", ""]
-    for name in names:
-        for task in tasks:
-            cell = next((c for c in runs(cells, name, task) if c["seed"] == 0), None)
-            if cell:
-                lines += [f"**{name}, {task}**", ""]
-                lines += [f"- source: {e['source'][:200]}<br>reference: {e['reference']}<br>"
-                          f"output: {e['output']}" for e in cell["examples"]]
-                lines += [""]
-    return "\n".join(lines) + "\n"
-
-
-def task_table(cells, task, names):
-    metrics = TASKS[task]["metrics"]
-    main = TASKS[task]["main"]
-    lines = [f"## {task}", "",
-             "| system | seeds | " + " | ".join(NAMES[m] for m in metrics)
-             + f" | 95% interval ({NAMES[main]}) | teacher-forced acc | wall time: pre-train + "
-               "fine-tune + decode (min) | FLOPs: pre-train + fine-tune | words from the source |",
-             "|---" * (len(metrics) + 7) + "|"]
-    for name in [n for n in names if on_task(n, task)]:
-        rows = runs(cells, name, task)
-        diverged = ran(cells, name, task) - len(rows)
-        seeds = f"{len(rows)}" + (f" ({diverged} more diverged)" if diverged else "")
-        if not rows:
-            shown = seeds if diverged else "not run yet"
-            lines.append(f"| {name} | {shown} |" + " |" * (len(metrics) + 5))
-            continue
-        values = [summary(cells, name, task, m) for m in metrics]
-        low, high = summary(cells, name, task, main)[2]
-        # BLEU of a single run has no bootstrap interval
-        interval = "-" if low is None else f"[{low:.2f}, {high:.2f}]"
-        pre = [c["pretrain"] or {} for c in rows]
-        minutes = [statistics.mean(p.get("seconds", 0) for p in pre) / 60,
-                   statistics.mean(c["finetune"]["seconds"] for c in rows) / 60,
-                   statistics.mean(c["decode"]["seconds"] for c in rows) / 60]
-        flops = (statistics.mean(p.get("flops", 0) for p in pre),
-                 statistics.mean(c["finetune"]["flops"] for c in rows))
-        acc = statistics.mean(c["teacher_forced_acc"] for c in rows)
-        copied = copying(cells, name, task)
-        copied = f"{copied[0]:.1f}% (references {copied[2]:.1f}%)" if copied else "-"
-        lines.append(f"| {name} | {seeds} | "
-                     + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _, _ in values)
-                     + f" | {interval} | {acc:.1f}% | "
-                     + " + ".join(f"{m:.1f}" for m in minutes)
-                     + f" | {flops[0]:.2e} + {flops[1]:.2e} | {copied} |")
-    return lines + [""]
-
-
-def goals(cells, tasks):
-    """Issue 22's goals, checked on the cells: each objective above its control by more than three
-    seed standard deviations (the larger of the two) on every task; the best scores."""
-    lines = ["## Goals", ""]
-    for objective in COLORS:
-        for task in tasks:
-            main = TASKS[task]["main"]
-            full = summary(cells, objective, task, main)
-            ctrl = summary(cells, f"{objective}/no pre-training", task, main)
-            if not (full and ctrl):
-                why = absent(cells, objective, task) if not full else \
-                    "its control: " + absent(cells, f"{objective}/no pre-training", task)
-                lines.append(f"- {objective} vs its control on {task}: {why}")
-                continue
-            gap = full[0] - ctrl[0]
-            bound = 3 * max(full[1], ctrl[1])
-            met = "met" if gap > bound and min(full[3], ctrl[3]) >= 2 else "not met"
-            lines.append(f"- {objective} vs its control on {task} ({NAMES[main]}): {gap:+.2f} "
-                         f"against 3 std = {bound:.2f} ({full[3]} / {ctrl[3]} seeds): {met}")
-    for task, metric in (("gigaword", "rougeL"), ("squad_qg", "bleu")):
-        goal = GOALS[task]
-        if task in tasks:
-            runs = {n: summary(cells, n, task, metric) for n in SYSTEMS}
-            best = [(s[0], n, s[3]) for n, s in runs.items() if s]
-            if best:
-                value, name, seeds = max(best)
-                lines.append(f"- best {task} {NAMES[metric]}: {value:.2f} ({name}, {seeds} "
-                             f"seed{'s' if seeds > 1 else ''}), goal >= {goal}: "
-                             f"{'met' if value >= goal else 'not met'}")
-            else:
-                lines.append(f"- best {task} {NAMES[metric]}: not run yet (goal >= {goal})")
-    return lines + [""]
-
-
-def layout(cells):
-    """How the cells' batches were laid out (--pack, --ft_pack: the same numbers, other speeds); a
-    record without the field predates --pack, when every job ran one passage a row."""
-    said = [f"{what} {sum(r.get('packed', False) for r in records)} of {len(records)} packed"
-            for what, records in (("pre-trainings", list(pretrainings(cells).values())),
-                                  ("fine-tunings", [c.get("finetune", {}) for c in cells.values()]))]
-    # a record without the field predates --ft_attn, when every fine-tuning ran on SDPA
-    naive = sum(c.get("finetune", {}).get("attn") == "naive" for c in cells.values())
-    attn = (f" Fine-tunings on the written-out attention (study.py --ft_attn naive; the others on SDPA): "
-            f"{naive} of {len(cells)}." if naive else "")
-    return ("Batches (study.py --pack, --ft_pack; the others one passage a row): " + ", ".join(said)
-            + "." + attn)
-
-
-def ran(cells, name, task):
-    """How many cells of a system on a task ran: with scores or diverged."""
-    return sum(c["system"] == name and c["task"] == task for c in cells.values())
-
-
-def absent(cells, name, task):
-    """Why a system has no scores on a task: none of its cells ran, or every one that ran diverged."""
-    count = ran(cells, name, task)
-    return f"every seed diverged ({count})" if count else "not run yet"
-
-
-def gains(cells, tasks, names=SYSTEMS):
-    """What pre-training adds: each pre-trained system minus the same fine-tuning from random
-    weights (PALM with and without its copy head; ERNIE-GEN with and without fine-tuning noise), for
-    the pairs whose two systems are among names."""
-    lines = ["## What pre-training adds", "",
-             "| pre-trained | control | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-    for full, ctrl in [(a, b) for a, b in GAIN_PAIRS if a in names and b in names]:
-        row = []
-        for task in tasks:
-            main = TASKS[task]["main"]
-            a, b = summary(cells, full, task, main), summary(cells, ctrl, task, main)
-            row.append(f"{a[0] - b[0]:+.2f} {NAMES[main]} ({a[0]:.2f} vs {b[0]:.2f}; std {a[1]:.2f} / "
-                       f"{b[1]:.2f})" if a and b else
-                       absent(cells, full, task) if not a else f"{ctrl}: " + absent(cells, ctrl, task))
-        lines.append(f"| {full} | {ctrl} | " + " | ".join(row) + " |")
-    return lines + [""]
-
-
-# --- the pictures (notebooks/07_study.ipynb draws them) ---------------------------------------------
-
-def color(name):
-    return COLORS[SYSTEMS[name]["objective"]]
-
-
-def plot_bars(ax, cells, task, pairs, title):
-    """Bars of (left, right) system pairs side by side, mean over seeds with a std error bar; the
-    right one hatched. A system without scores is named on its axis: not run, or all diverged."""
-    metric = TASKS[task]["main"]
-    ticks = []
-    for i, (left, right) in enumerate(pairs):
-        for offset, name, hatch in ((-0.2, left, None), (0.2, right, "//")):
-            s = summary(cells, name, task, metric)
-            if s:
-                ax.bar(i + offset, s[0], 0.38, yerr=s[1], capsize=3, color=color(name),
-                       hatch=hatch, edgecolor="black", alpha=0.9 if hatch is None else 0.5)
-                ax.text(i + offset, s[0], f"{s[0]:.1f}\n({s[3]})", ha="center", va="bottom",
-                        fontsize=7)
-            else:
-                gone = "all\ndiverged" if ran(cells, name, task) else "not\nrun"
-                ax.text(i + offset, 0, gone, ha="center", va="bottom", fontsize=7)
-        control = right == f"{left}/no pre-training"
-        ticks.append(left if control else f"{right}\n(vs {left})")
-    rotation = 0 if all(r == f"{l}/no pre-training" for l, r in pairs) else 25
-    ax.set_xticks(range(len(pairs)), ticks, fontsize=7, rotation=rotation,
-                  ha="center" if rotation == 0 else "right")
-    ax.set_ylabel(f"{NAMES[metric]} (mean, std over seeds)")
-    ax.set_title(title, fontsize=9)
-    legend(ax)
-
-
-def legend(ax):
-    """Colours are objectives; solid is the first system of a pair, hatched the second."""
-    from matplotlib.patches import Patch
-    handles = [Patch(color=c, label=o) for o, c in COLORS.items()]
-    handles += [Patch(facecolor="white", edgecolor="black", label="full / pre-trained"),
-                Patch(facecolor="white", edgecolor="black", hatch="//", label="variant / control")]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+def shown_gain(value, full=3):
+    return shown(value, "+", full)
 
 
 def copying(cells, name, task):
     """(mean, std) over seeds of the share of a system's decoded words found in their source, and the
-    references' share: the cells' decode.copied. None where no cell has it (cells from before the
-    twelfth session did not measure it)."""
-    rows = [c["decode"]["copied"] for c in runs(cells, name, task) if "copied" in c["decode"]]
+    references' share: the test cells' decode.copied. None where no cell has it."""
+    rows = [c["decode"]["copied"] for c in runs(cells, name, task).values() if "copied" in c["decode"]]
     if not rows:
         return None
     outputs = [r["outputs"] for r in rows]
@@ -1271,25 +1004,439 @@ def copying(cells, name, task):
     return statistics.mean(outputs), std, statistics.mean(r["references"] for r in rows)
 
 
+# --- the pages: the front page, the full tables, the samples, the superseded cells -----------------------
+
+TITLE = "What pre-training adds to four objectives, at one small budget"
+
+
+def setup_lines(cells, cfg, tasks, superseded):
+    """The study's setup in a few lines: model, compute and FLOPs, data and splits, how choices were made."""
+    import model as M
+    shape = M.PRESETS[cfg["preset"]]
+    flops, where = pretrain_flops(cells), ""
+    if not flops and superseded:
+        flops = pretrain_flops(superseded[SUPERSEDED["ft-lr-1e-3.jsonl"]])
+        where = " (measured in the superseded cells, whose pre-trainings had these settings)"
+    # the shared corpus's training split, 1.64M tokens (bench/RESULTS.md, the study)
+    corpus = "" if cfg["preset"] == "tiny" else " of the shared corpus (1.64M training tokens, read about 24 times)"
+    g = cfg["grid"]
+    knobs = "; ".join(f"{o} {knob} {'/'.join(num(paper[t]) for t in tasks) if isinstance(paper, dict) else num(paper)}"
+                      f" ({why})" + (f" or {num(lower)}" if g["target"] > 1 else "")
+                      for o, (knob, paper, lower, why) in TARGET.items())
+    lines = [f"- **Model**: the `{cfg['preset']}` preset ({shape['n_layer']} layers x {shape['n_embd']}, "
+             f"{shape['n_head']} heads), a {cfg['vocab']:,}-piece WordPiece vocabulary. Every system pre-trains on "
+             f"the same {cfg['corpus_tokens'] / 1e6:g}M corpus tokens (the text an objective reads, not the query rows "
+             f"it adds){corpus}, in batches of {cfg['batch']} texts of {cfg['seq_len']} tokens, peak lr "
+             f"{num(cfg['lr'])}.",
+             f"- **FLOPs** of pre-training (model.estimate_flops){where}: "
+             + (", ".join(f"{o} {flops[o]:.2e}" for o in OBJECTIVES if o in flops) or "not measured yet")
+             + f". Fine-tuning: {cfg['ft_steps']:,} steps of {cfg['ft_batch']} pairs. Decoding: beam 5, trigram "
+               "blocking, at most 32 tokens.",
+             "- **Data**: each task's training pairs lose a dev split, on which every choice is made; the test "
+             "split is scored once, by the finals, and no choice reads it.", "",
+             "| task | training pairs | dev (choices) | selection fine-tunes on | test (reported) | metric |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {TASKS[t]['title']} | {SPLIT_TEXT[t]} | {NAMES[TASKS[t]['main']]} |" for t in tasks] + [""]
+    if "squad_qg" in tasks:
+        lines += ["  SQuAD QG here is not Du et al.'s test split: it is 90% of their *dev* file (the data this "
+                  "project has) for training and its last tenth held out as the test split, so its numbers are not "
+                  "comparable with published SQuAD QG results."]
+    lines += [f"- **Choices**: each objective and each control is fine-tuned (seed 0) with every configuration of one "
+              f"grid, the same for all: peak lr {' or '.join(num(x) for x in g['lr'])} x the objective's own "
+              f"corruption of the target ({knobs}) x dropout {' or '.join(num(x) for x in g['dropout'])}, each "
+              f"decoded on dev at length penalty {', '.join(num(x) for x in g['lp'])}: **"
+              f"{len(g['lr']) * g['target'] * len(g['dropout']) * len(g['lp'])} configurations each**, the highest "
+              "dev score chosen. The ablations and diagnostics take their parent's choice. The finals fine-tune on "
+              f"every training pair with the choice, {seeds(cfg['seeds'])} (of pre-training and fine-tuning), decoded "
+              "once on test.",
+              "- **Intervals** (95%): a percentile bootstrap of 2,000 draws, each drawing the test pairs and the "
+              "seeds with replacement, the same draw for a system and its control (or parent): an interval holds the "
+              "pairs' luck and the seeds' together."]
+    return lines
+
+
+SPLIT_TEXT = {
+    "gigaword": "10,000 (the first 10k of the standard training split) | the last 1,000 training pairs | the first "
+                "9,000 | the 1,000 validation pairs",
+    "squad_qg": "9,513: the first 90% of the lines of Du et al.'s dev file (10,570 lines, a question a line, "
+                "sentence by sentence, paragraph by paragraph) | the tenth before the test split: lines 8,457-9,513, "
+                "1,057 pairs on 703 source sentences | the first 8,456 | the last tenth: lines 9,514-10,570, 1,057 "
+                "pairs on 799 source sentences (each cut falls between two source sentences, so every question on "
+                "a sentence is on one side; the lines run paragraph by paragraph, so only the paragraph at a cut "
+                "can be split)",
+    "docsum": "the embedded task's training split | its validation split | the training split | its test split "
+              "(the first 8 pairs of each scored)",
+}
+
+
+def pretrain_flops(cells):
+    """{system: mean pre-training FLOPs} over these cells' pre-trainings."""
+    found = {}
+    for (name, _), record in pretrainings(cells).items():
+        found.setdefault(name, []).append(record["flops"])
+    return {n: statistics.mean(v) for n, v in found.items()}
+
+
+def status_lines(cells, cfg, tasks, names, superseded, source):
+    """What has run: this protocol's cells, the superseded ones, the estimate while the protocol is incomplete."""
+    dev_wanted, finals_wanted = grid_cells(names, tasks, cfg), wanted_cells(names, tasks, cfg["seeds"])
+    dev, finals = (sum(cell_stem(*c) in cells for c in wanted) for wanted in (dev_wanted, finals_wanted))
+    dev_all, finals_all = len(dev_wanted), len(finals_wanted)
+    lines = [f"Cells of this protocol in `{source}`: {dev} of {dev_all} dev cells, {finals} of {finals_all} finals."]
+    if finals == 0:
+        lines[0] += (" **No number on this page is a test result yet: the protocol has not run.** The tables "
+                     "below fill in as its cells are imported.")
+    elif finals < finals_all:
+        lines[0] += " A system without its finals shows a dash."
+    if superseded and finals < finals_all:
+        sizes = ", ".join(f"{len(c)} cells at {label}" for label, c in superseded.items())
+        lines += ["", f"The cells that exist besides are the earlier studies' ({sizes}; `bench/study/superseded/`), "
+                  "made under another protocol: every fine-tuning choice in them (learning rate, target noise, "
+                  "length penalty, dropout) was made on the same pairs they were scored on (Gigaword's 1,000 "
+                  "validation pairs, SQuAD QG's last tenth: this protocol's test split), and they have no dev split. "
+                  "Their numbers are not test results; they are kept as data, with their own page "
+                  "(`superseded/README.md`)."]
+    missing = [c for c in dev_wanted + finals_wanted if cell_stem(*c) not in cells]
+    jobs = plan(missing, argparse.Namespace(out="/nonexistent"))
+    measured = {**(superseded or {}).get(SUPERSEDED["ft-lr-1e-3.jsonl"], {}), **cells}
+    minutes = estimate(jobs, measured, cfg) if missing and cfg["preset"] != "tiny" else None
+    if minutes is not None:
+        lines += ["", f"The protocol left: {len(jobs)} jobs, about {minutes:.0f} process-minutes, so about "
+                  f"{minutes / AT_ONCE:.0f} minutes of a 4-GPU machine (`--gpus 4 --per_gpu 4 --mps`): an estimate "
+                  "from the per-job process-minutes measured in the cells (`python bench/study.py plan`), not yet "
+                  "measured."]
+    return lines
+
+
+def answer_lines(cells, tasks, cfg):
+    """The one table (each objective, its control, the gain with its interval, on every task) and the answer."""
+    lines = ["| objective | " + " | ".join(f"{TASKS[t]['title']} {NAMES[TASKS[t]['main']]}: pre-trained | control | "
+                                          "gain" for t in tasks) + " |", "|---" * (1 + 3 * len(tasks)) + "|"]
+    full = cfg["seeds"]
+    for o in OBJECTIVES:
+        control = f"{o}/no pre-training"
+        lines.append(f"| {o} | " + " | ".join(
+            f"{shown(interval(cells, o, t), full=full)} | {shown(interval(cells, control, t), full=full)} | "
+            f"{shown_gain(interval(cells, o, t, control), full)}" for t in tasks) + " |")
+    lines += ["", f"Each entry: the mean over {seeds(cfg['seeds'])} of the test score (fewer where said) and its 95% "
+              "interval over test "
+              "pairs and seeds; the gain is the pre-trained system minus its control, seed by seed on the same pairs.",
+              ""]
+    return lines + [" ".join(answer(cells, t) for t in tasks if answer(cells, t))
+                    or "Not measured yet: no objective has its finals."]
+
+
+def answer(cells, task):
+    """The answer on a task in a sentence or two, from the intervals: which objectives pre-training adds to, which
+    scores highest and which overlap it; '' where no objective has its finals."""
+    scores = {o: interval(cells, o, task) for o in OBJECTIVES}
+    scores = {o: value for o, value in scores.items() if value}
+    if not scores:
+        return ""
+    gains = {o: interval(cells, o, task, f"{o}/no pre-training") for o in scores}
+    gains = {o: g for o, g in gains.items() if g}
+    groups = [([o for o, g in gains.items() if g[1] > 0], "pre-training adds to {} (the gain's interval above zero)"),
+              ([o for o, g in gains.items() if g[2] < 0], "{} scores below its control"),
+              ([o for o, g in gains.items() if g[1] <= 0 <= g[2]], "for {} the gain's interval includes zero")]
+    parts = [text.format(words(names)) for names, text in groups if names]
+    best = max(scores, key=lambda o: scores[o][0])
+    tied = [o for o in scores if o != best and scores[o][2] >= scores[best][1]]
+    others = [o for o in scores if o != best]
+    ranking = (f"{best} scores highest, {shown(scores[best])}" + (
+        f"; the interval of {words(tied)} overlaps it" if tied else
+        f", above the interval of {words(others)}" if others else " (the only objective with finals)"))
+    return f"On {TASKS[task]['title']}, " + "; ".join(parts + [ranking]) + "."
+
+
+def words(names):
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def ablation_lines(cells, tasks):
+    """The ablations, each at its parent's choice: its test score and its difference from the parent."""
+    lines = ["| ablation | of | " + " | ".join(f"{TASKS[t]['title']} {NAMES[TASKS[t]['main']]} | difference"
+                                                for t in tasks) + " |", "|---|---" + "|---|---" * len(tasks) + "|"]
+    for name in ABLATIONS:
+        parent = SYSTEMS[name]["ablation_of"]
+        row = [f"{shown(interval(cells, name, t))} | {shown_gain(interval(cells, name, t, parent))}" for t in tasks]
+        lines.append(f"| {name} | {parent} | " + " | ".join(row) + " |")
+    return lines
+
+
+ABLATIONS = ("unilm/no seq2seq LM", "pmlm/AE only", "ernie_gen/no span flow", "ernie_gen/no noise", "palm/no copy",
+             "palm/no copy/no pre-training")
+SWAPS = {"ernie_gen": "ERNIE-GEN", "pmlm": "UniLMv2 (pmlm)",
+         "ernie_gen/ft from pmlm": "ERNIE-GEN's fine-tuning and decoding on pmlm's pre-trained weights (1 seed)",
+         "pmlm/ft from ernie_gen": "pmlm's fine-tuning and decoding on ERNIE-GEN's pre-trained weights (1 seed)",
+         "ernie_gen/relative bias": "ERNIE-GEN pre-trained with pmlm's relative position bias"}
+COPIERS = ("palm", "palm/no pre-training", "palm/no copy", "palm/no copy/no pre-training", "pmlm", "ernie_gen")
+
+
+def gap_lines(cells, tasks):
+    """Where ERNIE-GEN's gap to pmlm is: the swaps of pre-trained weights and fine-tuning, the relative bias."""
+    lines = ["| system | what it holds | " + " | ".join(f"{TASKS[t]['title']} {NAMES[TASKS[t]['main']]}"
+                                                     for t in tasks) + " |", "|---|---" + "|---" * len(tasks) + "|"]
+    for name, what in SWAPS.items():
+        lines.append(f"| {name} | {what} | " + " | ".join(shown(interval(cells, name, t)) for t in tasks) + " |")
+    return lines + ["", "If ERNIE-GEN's fine-tuning on pmlm's weights lands near pmlm, and pmlm's on ERNIE-GEN's near "
+                    "ERNIE-GEN, the pre-trained weights carry the gap; the relative bias tells the objective from that "
+                    "bias."]
+
+
+def copy_lines(cells, tasks):
+    """What PALM's copy head and its pre-training do to copying: the share of output words found in the source."""
+    lines = ["| system | " + " | ".join(f"{TASKS[t]['title']}: output words found in the source | "
+                                       f"{NAMES[TASKS[t]['main']]}" for t in tasks) + " |",
+             "|---" + "|---|---" * len(tasks) + "|"]
+    for name in COPIERS:
+        row = []
+        for t in tasks:
+            c = copying(cells, name, t)
+            row += [f"{c[0]:.1f}% (references {c[2]:.1f}%)" if c else "-", shown(interval(cells, name, t))]
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    gains = [f"{TASKS[t]['title']} {shown_gain(interval(cells, 'palm', t, 'palm/no pre-training'))} with it, "
+             f"{shown_gain(interval(cells, 'palm/no copy', t, 'palm/no copy/no pre-training'))} without"
+             for t in tasks]
+    return lines + ["", "What PALM's pre-training adds with its copy head and without it: " + "; ".join(gains) + "."]
+
+
+def front_page(cells, cfg, tasks, names, superseded, source):
+    """bench/study/README.md: the question, the setup, the one answer table, the ablations and diagnostics, links."""
+    lines = [f"# {TITLE}", "",
+             f"Generated by `python bench/study.py report` from `{source}`; do not edit by hand.", "",
+             "## The question", "",
+             "Four pre-training objectives (UniLM, UniLMv2's pmlm, ERNIE-GEN, PALM) on one backbone, each pre-trained "
+             "on the same number of corpus tokens: how much does each add over the same fine-tuning from random "
+             "weights (its control), on headline generation (Gigaword 10k) and question generation (SQuAD QG)?", "",
+             "## Setup", ""]
+    lines += setup_lines(cells, cfg, tasks, superseded) + ["", "## What has run", ""]
+    lines += status_lines(cells, cfg, tasks, names, superseded, source) + ["", "## The answer", ""]
+    lines += answer_lines(cells, tasks, cfg) + [
+        "", "## The ablations", "", f"The papers' ablations that are cheap here, each fine-tuned with its parent's "
+        f"choice, {seeds(cfg['seeds'])}, on test; the difference is the ablation minus its parent, seed by seed on "
+        "the same pairs.", ""]
+    lines += ablation_lines(cells, tasks) + ["", "## ERNIE-GEN and PALM", "", "### Where ERNIE-GEN's gap is", ""]
+    lines += gap_lines(cells, tasks) + ["", "### What PALM's copy head and its pre-training do to copying", ""]
+    lines += copy_lines(cells, tasks)
+    lines += ["", "## More", "",
+              "- [tables.md](tables.md): every system's scores on test (with teacher-forced accuracy, output lengths, "
+              "wall times, FLOPs), the dev grid and each choice.",
+              "- [samples.md](samples.md): sample outputs.",
+              "- [superseded/README.md](superseded/README.md): the earlier studies' cells, chosen on the pairs they "
+              "were scored on.",
+              "- How the study runs: `bench/study.py`'s docstring; what it measured, topic by topic: "
+              "`bench/RESULTS.md`, \"The study\"; the pictures: `notebooks/07_study.ipynb`."]
+    return "\n".join(lines) + "\n"
+
+
+def tables_page(cells, cfg, tasks, names, source):
+    """bench/study/tables.md: the choices, the dev grid, every system's test scores."""
+    lines = ["# The study's tables: the choices, the dev grid, the test scores", "",
+             f"Generated by `python bench/study.py report` from `{source}`; the study's question and answer: "
+             "[README.md](README.md).", ""]
+    scored_ = [c for c in cells.values() if "card" in c]
+    if scored_:
+        cards = sorted({f"{c['card']} (torch {c['torch']})" for c in scored_})
+        lines += [f"Settings: `{json.dumps(settings_key(cfg))}`. Ran on: {', '.join(cards)}. {layout(cells)}", ""]
+    failed = [c for c in cells.values() if c.get("diverged")]
+    if failed:
+        lines += ["Fine-tunings that diverged on both attentions (no scores; a choice skips them, a mean is over the "
+                  "other seeds): " + "; ".join(f"{stem_of(c)}" for c in failed) + ".", ""]
+    owners = list(dict.fromkeys(tuned(n) for n in names))
+    lines += ["## The choices", ""] + choice_lines(cells, cfg, tasks, owners)
+    for t in tasks:
+        lps = cfg["grid"]["lp"]
+        lines += ["", f"## The dev grid, {TASKS[t]['title']} ({NAMES[TASKS[t]['main']]} on dev, seed 0; words an "
+                  "output in brackets)", "", "| system | configuration | " + " | ".join(f"lp {x:g}" for x in lps)
+                  + " |", "|---|---" + "|---" * len(lps) + "|"]
+        for name in owners:
+            for config, _ in grid(name, t, cfg):
+                cell = cells.get(cell_stem(name, t, 0, config))
+                got = (cell or {}).get("by_lp", {})
+                main = TASKS[t]["main"]
+                row = [f"{got[f'{x:g}'][main]:.2f} ({got[f'{x:g}']['words']:.1f})" if f"{x:g}" in got else
+                       ("diverged" if cell else "-") for x in lps]
+                lines.append(f"| {name} | {config} | " + " | ".join(row) + " |")
+    for t in tasks:
+        lines += [""] + scores_table(cells, t, names)
+    return "\n".join(lines) + "\n"
+
+
+def choice_lines(cells, cfg, tasks, names):
+    """A table of each system's choice on each task: among how many configurations, which, its dev score."""
+    lines = ["| system | task | chosen among | configuration | length penalty | dev score |",
+             "|---|---|---|---|---|---|"]
+    for name in names:
+        for t in tasks:
+            c = choose(cells, name, t, cfg)
+            dev = "-" if c is None or c["dev"] is None else f"{c['dev']:.2f} {NAMES[TASKS[t]['main']]}"
+            lines.append(f"| {name} | {t} | {configurations(name, t, cfg)} | "
+                         + (f"{c['config']} | {c['lp']:g} | {dev} |" if c else "not chosen yet | | |"))
+    return lines
+
+
+def scores_table(cells, task, names):
+    """Every system's test scores on a task: mean ± std over seeds, the interval over pairs and seeds, teacher-forced
+    accuracy, wall time and FLOPs, words from the source, output lengths."""
+    metrics_ = TASKS[task]["metrics"]
+    main = TASKS[task]["main"]
+    lines = [f"## Test, {TASKS[task]['title']}", "",
+             "| system | seeds | " + " | ".join(NAMES[m] for m in metrics_)
+             + f" | {NAMES[main]}: 95% interval | teacher-forced acc | wall: pre-train + fine-tune + decode (min) | "
+               "FLOPs: pre-train + fine-tune | words from the source | words an output |",
+             "|---" * (len(metrics_) + 8) + "|"]
+    for name in names:
+        rows = list(runs(cells, name, task).values())
+        if not rows:
+            lines.append(f"| {name} | not run yet |" + " |" * (len(metrics_) + 6))
+            continue
+        values = [summary(cells, name, task, m) for m in metrics_]
+        pre = [c["pretrain"] or {} for c in rows]
+        minutes = [statistics.mean(p.get("seconds", 0) for p in pre) / 60,
+                   statistics.mean(c["finetune"]["seconds"] for c in rows) / 60,
+                   statistics.mean(c["decode"]["seconds"] for c in rows) / 60]
+        flops = (statistics.mean(p.get("flops", 0) for p in pre),
+                 statistics.mean(c["finetune"]["flops"] for c in rows))
+        copied = copying(cells, name, task)
+        w = [statistics.mean(c["decode"]["words"][k] for c in rows) for k in ("outputs", "references")]
+        lines.append(f"| {name} | {len(rows)} | " + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _ in values)
+                     + f" | {shown(interval(cells, name, task))} | "
+                       f"{statistics.mean(c['teacher_forced_acc'] for c in rows):.1f}% | "
+                     + " + ".join(f"{m:.1f}" for m in minutes) + f" | {flops[0]:.2e} + {flops[1]:.2e} | "
+                       f"{copied[0]:.1f}% ({copied[2]:.1f}%) | {w[0]:.1f} ({w[1]:.1f}) |")
+    return lines + ["", "Words from the source and words an output: the references' in brackets."]
+
+
+def layout(cells):
+    """How the cells' batches were laid out (--pack, --ft_pack: the same numbers, other speeds) and which
+    attention the fine-tunings finished on."""
+    said_ = [f"{what} {sum(r.get('packed', False) for r in records)} of {len(records)} packed"
+             for what, records in (("pre-trainings", list(pretrainings(cells).values())),
+                                   ("fine-tunings", [c.get("finetune", {}) for c in cells.values()]))]
+    naive = sum(c.get("finetune", {}).get("attn") == "naive" for c in cells.values())
+    return ("Batches (study.py --pack, --ft_pack; the others one passage a row): " + ", ".join(said_) + "."
+            + (f" Fine-tunings finished on the written-out attention: {naive} of {len(cells)}." if naive else ""))
+
+
+def samples_page(cells, tasks, names, source):
+    """bench/study/samples.md: each system's outputs for the first three test sources (seed 0)."""
+    lines = ["# The study's sample outputs", "",
+             f"Generated by `python bench/study.py report` from `{source}`: each system's outputs (seed 0) for the "
+             "first three sources of the test split. The study: [README.md](README.md).", ""]
+    for task in tasks:
+        shown_ = [(n, runs(cells, n, task)[0]) for n in names if 0 in runs(cells, n, task)]
+        lines += [f"## {TASKS[task]['title']}", ""] + ([] if shown_ else ["No final has run yet.", ""])
+        for name, cell in shown_:
+            lines += [f"**{name}**", ""] + [f"- source: {e['source'][:200]}<br>reference: {e['reference']}<br>"
+                                            f"output: {e['output']}" for e in cell["examples"]] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def superseded_page(superseded):
+    """bench/study/superseded/README.md: the earlier studies' cells, whose choices were made on their scored pairs."""
+    lines = ["# Superseded study cells: chosen on the pairs they were scored on", "",
+             "Generated by `python bench/study.py report`. These cells come from the earlier studies, run before the "
+             "study had a dev split: they were fine-tuned on all training pairs and scored on Gigaword's 1,000 "
+             "validation pairs and SQuAD QG's last tenth (the study's test split now), and every fine-tuning choice "
+             "(learning rate, the recipe search's target noise, length penalty, dropout, 24 pmlm recipes) was "
+             "made on those same pairs. So their numbers are favoured by that search and are **not test results**; "
+             "the study's own page ([../README.md](../README.md)) reports none of them. A value is the mean ± std "
+             "over seeds. What they taught is summed up in `bench/RESULTS.md`, \"The study\"; `variants.jsonl` holds "
+             "one-off experiments (its `variant` field names each).", ""]
+    for label, cells in superseded.items():
+        lines += [f"## {label}", ""]
+        for task in ("gigaword", "squad_qg"):
+            metrics_ = TASKS[task]["metrics"]
+            lines += [f"**{TASKS[task]['title']}**", "", "| system | seeds | " + " | ".join(NAMES[m] for m in metrics_)
+                      + " |", "|---|---" + "|---" * len(metrics_) + "|"]
+            ran = {c["system"] for c in cells.values() if c["task"] == task}
+            for name in [n for n in SYSTEMS if n in ran] + sorted(ran - set(SYSTEMS)):
+                values = [summary(cells, name, task, m) for m in metrics_]
+                if values[0]:
+                    lines.append(f"| {name} | {values[0][2]} | "
+                                 + " | ".join(f"{m:.2f} ± {s:.2f}" for m, s, _ in values) + " |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+# --- the pictures (notebooks/07_study.ipynb draws them) ---------------------------------------------
+
+def color(name):
+    return COLORS[SYSTEMS[name]["objective"]] if name in SYSTEMS else "grey"
+
+
+def plot_answer(ax, cells, task):
+    """Each objective's test score (solid) beside its control's (hatched), with their 95% intervals over pairs and
+    seeds, and the gain with its interval written above; an objective without finals is named so."""
+    metric = TASKS[task]["main"]
+    for i, name in enumerate(OBJECTIVES):
+        pair = (name, f"{name}/no pre-training")
+        got = [interval(cells, n, task) for n in pair]
+        for offset, value, hatch in zip((-0.2, 0.2), got, (None, "//")):
+            if value:
+                ax.bar(i + offset, value[0], 0.38, yerr=[[value[0] - value[1]], [value[2] - value[0]]], capsize=3,
+                       color=COLORS[name], hatch=hatch, edgecolor="black", alpha=0.9 if hatch is None else 0.5)
+        gain = interval(cells, name, task, pair[1])
+        top = max([v[2] for v in got if v] + [0])
+        ax.text(i, top, "not run" if gain is None else f"{gain[0]:+.1f}\n[{gain[1]:+.1f}, {gain[2]:+.1f}]",
+                ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(OBJECTIVES)), OBJECTIVES, fontsize=8)
+    ax.set_ylabel(f"{NAMES[metric]} on test (95% interval)")
+    ax.set_title(f"{TASKS[task]['title']}: pre-trained (solid) vs control (hatched); the gain above", fontsize=9)
+    ax.margins(y=0.2)
+
+
+def plot_differences(ax, cells, task, pairs, title):
+    """Each (base, name) pair's difference name - base on test, a point with its 95% interval; zero dotted."""
+    rows = [(f"{name}\n(vs {base})", interval(cells, name, task, base), color(name)) for base, name in pairs]
+    for i, (_, value, colour) in enumerate(rows):
+        if value:
+            ax.errorbar(value[0], i, xerr=[[value[0] - value[1]], [value[2] - value[0]]], fmt="o", color=colour,
+                        capsize=3)
+        else:
+            ax.text(0, i, "not run", va="center", fontsize=7)
+    ax.axvline(0, color="grey", linestyle=":")
+    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"difference in {NAMES[TASKS[task]['main']]} on test (95% interval)")
+    ax.set_title(title, fontsize=9)
+
+
+def plot_bars(ax, cells, task, title):
+    """Each objective (solid) beside its control (hatched), the mean over seeds with a std error bar: for cells
+    without pair statistics (the superseded ones), whose intervals hold the seeds only."""
+    metric = TASKS[task]["main"]
+    for i, name in enumerate(OBJECTIVES):
+        for offset, system_, hatch in ((-0.2, name, None), (0.2, f"{name}/no pre-training", "//")):
+            s = summary(cells, system_, task, metric)
+            if s:
+                ax.bar(i + offset, s[0], 0.38, yerr=s[1], capsize=3, color=COLORS[name], hatch=hatch,
+                       edgecolor="black", alpha=0.9 if hatch is None else 0.5)
+                ax.text(i + offset, s[0] + s[1], f"{s[0]:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(OBJECTIVES)), OBJECTIVES, fontsize=8)
+    ax.set_ylabel(f"{NAMES[metric]} (mean, std over seeds)")
+    ax.set_title(title, fontsize=9)
+
+
 def plot_copying(ax, cells, task, names):
-    """How much of what each system writes comes from its source: the share of its output words found
-    in the source (mean over seeds, std bar; controls hatched), the references' share dashed, and the
-    task's score over each bar. Cells from before the study measured it have no such field."""
+    """How much of what each system writes comes from its source: the share of its output words found in the
+    source (mean over seeds, std bar; controls hatched), the references' share dashed, the task's score over each
+    bar."""
     metric = TASKS[task]["main"]
     refs = []
     for i, name in enumerate(names):
         copied = copying(cells, name, task)
         if copied is None:
-            ax.text(i, 0, "not\nmeasured", ha="center", va="bottom", fontsize=7)
+            ax.text(i, 0, "not\nrun", ha="center", va="bottom", fontsize=7)
             continue
         mean, std, references = copied
         refs.append(references)
         hatch = "//" if SYSTEMS[name]["control"] else None
         ax.bar(i, mean, 0.6, yerr=std, capsize=3, color=color(name), hatch=hatch, edgecolor="black",
                alpha=0.9 if hatch is None else 0.5)
-        score = summary(cells, name, task, metric)[0]
-        ax.text(i, mean + std, f"{mean:.0f}%\n{NAMES[metric]} {score:.1f}", ha="center",
-                va="bottom", fontsize=7)
+        ax.text(i, mean + std, f"{mean:.0f}%\n{NAMES[metric]} {summary(cells, name, task, metric)[0]:.1f}",
+                ha="center", va="bottom", fontsize=7)
     if refs:
         ax.axhline(statistics.mean(refs), color="black", linestyle="--", linewidth=1,
                    label=f"references: {statistics.mean(refs):.0f}%")
@@ -1297,223 +1444,77 @@ def plot_copying(ax, cells, task, names):
     ax.set_ylim(0, 100)
     ax.set_xticks(range(len(names)), [n.replace("/", "\n", 1) for n in names], fontsize=7)
     ax.set_ylabel("output words found in the source (%)")
-    ax.set_title(task, fontsize=9)
+    ax.set_title(TASKS[task]["title"], fontsize=9)
 
 
-def plot_recipe(ax, cells, task, base="pmlm/AE only"):
-    """The recipe search on one task: each variant of base's pre-training (one seed) as a point,
-    against the study's recipe on the same pre-training (base's mean over seeds, a band of one std)
-    and issue 22's bar."""
-    metric = TASKS[task]["main"]
-    band = summary(cells, base, task, metric)
-    if band:
-        ax.axhspan(band[0] - band[1], band[0] + band[1], color=COLORS["pmlm"], alpha=0.25)
-        ax.axhline(band[0], color=COLORS["pmlm"], label=f"the study's recipe ({band[3]} seeds, ± std)")
-    ax.axhline(GOALS[task], color="black", linestyle="--", label="issue 22's bar")
-    # the variants this folder ran (the ft lr 1e-3 study's own are in its folder)
-    ran = {c["system"] for c in cells.values()}
-    names = [name for _, name in recipe_pairs(base) if name in ran and on_task(name, task)]
-    for i, name in enumerate(names):
-        s = summary(cells, name, task, metric)
-        if s:
-            ax.plot(i, s[0], "o", color=COLORS["pmlm"], markeredgecolor="black")
-            ax.annotate(f"{s[0]:.2f}", (i, s[0]), textcoords="offset points", xytext=(0, 6), ha="center",
-                        fontsize=7)
-        else:
-            ax.text(i, ax.get_ylim()[0], "not run", ha="center", fontsize=7)
-    ax.set_xticks(range(len(names)), [n.split("/")[-1].replace("ft ", "") for n in names], fontsize=7,
-                  rotation=20)
-    ax.set_ylabel(f"{NAMES[metric]} (seed 0)")
-    ax.set_title(f"{task}: {base} fine-tuned otherwise", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+# --- the time it takes -------------------------------------------------------------------------------------
 
-
-def noise_sweep(base="pmlm/AE only"):
-    """{rate: system} of pmlm's fine-tuning noise (the share of visible target tokens noised 80/10/10)
-    on base's pre-training, by rate: the systems that change only it (at lr 1e-3, the rate's study),
-    and base itself at the objective's default (the official s2s-ft's 0.5, the study's recipe)."""
-    from config import objective_class
-    rates = {objective_class("pmlm").option_table()["target_noise_prob"].default: base}
-    rates.update({spec["ft"]["target_noise_prob"]: name for name, spec in SYSTEMS.items()
-                  if spec["pretrained_as"] == base and not spec["lp"]
-                  and spec["ft"].keys() == {"lr", "target_noise_prob"} and spec["ft"]["lr"] == 1e-3})
-    return dict(sorted(rates.items()))
-
-
-NOISE_BASES = {"pmlm/AE only": ("o", "-", "tab:orange"), "pmlm": ("s", "--", "saddlebrown")}
-
-
-def plot_noise(ax, cells, task):
-    """The score against the fine-tuning noise rate on one task, a line per pre-training (pmlm/AE only,
-    pmlm): every seed a point, the mean over seeds a line, issue 22's bar dashed."""
-    metric = TASKS[task]["main"]
-    drawn = False
-    for base, (marker, style, colour) in NOISE_BASES.items():
-        means = []
-        for rate, name in noise_sweep(base).items():
-            values = list(by_seed(cells, name, task).values())
-            if values:
-                ax.plot([rate] * len(values), values, marker, color=colour, alpha=0.5, markersize=4)
-                means.append((rate, statistics.mean(values), len(values)))
-        if len(means) < 2:
+def estimate(jobs, cells, cfg):
+    """Process-minutes of these jobs, from the measured cells: a pre-training its system's mean wall time (else
+    every pre-training's mean), a fine-tuning its objective's mean on the task, its decoding a measured decoding's
+    time for each length penalty it decodes at (a dev cell at every one). None where nothing was measured."""
+    pre = pretrain_seconds(cells)
+    fine, decode = {}, {}
+    for c in cells.values():
+        if not c.get("diverged") and "decode" in c:
+            fine.setdefault((c["objective"], c["task"]), []).append(c["finetune"]["seconds"])
+            lps = len(c.get("by_lp", [None]))
+            decode.setdefault((c["objective"], c["task"]), []).append(c["decode"]["seconds"] / lps)
+    if not pre or not fine:
+        return None
+    fine = {k: statistics.mean(v) for k, v in fine.items()}
+    decode = {k: statistics.mean(v) for k, v in decode.items()}
+    seconds = 0.0
+    for job in jobs:
+        if job[0] == "pre":
+            seconds += pre.get(job[1], statistics.mean(pre.values()))
             continue
-        drawn = True
-        ax.plot([m[0] for m in means], [m[1] for m in means], style, color=colour,
-                label=f"{base}: mean over seeds (the number: seeds)")
-        for rate, mean, n in means:
-            ax.annotate(str(n), (rate, mean), textcoords="offset points", xytext=(0, -12), ha="center",
-                        fontsize=7)
-    if not drawn:
-        ax.text(0.5, 0.5, "no cells yet", ha="center", transform=ax.transAxes)
-    ax.axhline(GOALS[task], color="black", linestyle="--", label="issue 22's bar")
-    ax.axvline(0.5, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_xlim(-0.05, 0.75)
-    ax.set_xlabel("share of visible target tokens noised in fine-tuning (0.5: the study's recipe)")
-    ax.set_ylabel(NAMES[metric])
-    ax.set_title(f"{task}: fine-tuning lr 1e-3", fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
-
-
-def plot_length(ax, cells, task, names):
-    """Score against output length on one task: each system's checkpoints decoded at several length
-    penalties (--lp_sweep), a line through its means, each point named by its penalty; the references'
-    mean length dotted, issue 22's bar dashed."""
-    metric = TASKS[task]["main"]
-    for i, name in enumerate(names):
-        sweep = length_sweep(cells, name, task)
-        if not sweep:
-            continue
-        words = [w for _, w, _ in sweep.values()]
-        scores = [v for v, _, _ in sweep.values()]
-        n = max(k for _, _, k in sweep.values())
-        ax.plot(words, scores, "o-", color=f"C{i}", label=f"{name} ({n} seeds)")
-        for lp, (v, w, _) in sweep.items():
-            ax.annotate(f"{lp:g}", (w, v), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=6)
-    refs = reference_words(cells, task)
-    if refs:
-        ax.axvline(refs, color="grey", linestyle=":", label=f"references: {refs:.1f} words")
-    ax.axhline(GOALS[task], color="black", linestyle="--", label="issue 22's bar")
-    ax.set_xlabel("words an output (mean); the number on a point: its length penalty")
-    ax.set_ylabel(NAMES[metric])
-    ax.set_title(f"{task}: one checkpoint, decoded longer or shorter", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
-
-
-def by_seed(cells, name, task):
-    """{seed: score in the task's main metric} of a system on a task."""
-    metric = TASKS[task]["main"]
-    return {c["seed"]: c["scores"][metric]["f"] for c in runs(cells, name, task)}
-
-
-def paired(cells, base, name, task):
-    """{seed: name's score minus base's} on the pre-training seeds both ran (a seed's pre-training is
-    shared by the systems of one run: the pairing takes the pre-training's own luck out)."""
-    a, b = by_seed(cells, base, task), by_seed(cells, name, task)
-    return {k: b[k] - a[k] for k in sorted(a.keys() & b.keys())}
-
-
-def plot_seeds(ax, cells, task, names):
-    """Each system's score on one task, pre-training seed by pre-training seed: a line a system through
-    its seeds (lines that move together are the pre-training's luck; a gap that holds on every seed is
-    the recipe's), its mean ± std in the legend, issue 22's bar dashed."""
-    metric = TASKS[task]["main"]
-    seeds = set()
-    for i, name in enumerate(names):
-        scores = by_seed(cells, name, task)
-        if not scores:
-            continue
-        seeds |= scores.keys()
-        mean, std, _, n = summary(cells, name, task, metric)
-        ax.plot(sorted(scores), [scores[k] for k in sorted(scores)], "o-", color=f"C{i}",
-                label=f"{name}: {mean:.2f} ± {std:.2f} ({n} seeds)")
-    ax.axhline(GOALS[task], color="black", linestyle="--", label="issue 22's bar")
-    ax.set_xticks(sorted(seeds))
-    ax.set_xlabel("pre-training seed")
-    ax.set_ylabel(NAMES[metric])
-    ax.set_title(f"{task}: each recipe on each pre-training seed", fontsize=9)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-
-
-def control_pairs():
-    return [(o, f"{o}/no pre-training") for o in COLORS]
-
-
-def ablation_pairs():
-    return [(SYSTEMS[n]["ablation_of"], n) for n in SYSTEMS
-            if SYSTEMS[n]["ablation_of"] and not SYSTEMS[n]["recipe"]]
-
-
-def recipe_pairs(base=None):
-    """(base, variant) of the recipe search; of one pre-training's variants where base is given."""
-    return [(SYSTEMS[n]["ablation_of"], n) for n in SYSTEMS
-            if SYSTEMS[n]["recipe"] and base in (None, SYSTEMS[n]["ablation_of"])]
+        key = (SYSTEMS[job[1]]["objective"], job[2])
+        lps = len(cfg["grid"]["lp"]) if len(job) == 5 else 1
+        seconds += fine.get(key, statistics.mean(fine.values()))
+        seconds += lps * decode.get(key, statistics.mean(decode.values()))
+    return seconds / 60
 
 
 # --- the command line ------------------------------------------------------------------------------
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    ap.add_argument("command", nargs="?", default="run", choices=("run", "import", "report", "job"),
-                    help="run (default): the missing cells; import FILE: a .jsonl of cells into "
-                         "bench/study/cells; report: bench/study/README.md")
+    ap.add_argument("command", nargs="?", default="run", choices=("run", "import", "report", "plan", "job"),
+                    help="run (default): the missing cells; import FILE: a .jsonl of cells merged into --cells; "
+                         "report: the pages of --cells; plan: the jobs left and their estimated time")
     ap.add_argument("file", nargs="?", default="", help="import: the cells file; job: internal")
-    ap.add_argument("--out", default="out/study", help="work folder (checkpoints, logs, caches)")
+    ap.add_argument("--out", default="out/study", help="work folder (checkpoints, logs, caches, split files)")
     ap.add_argument("--gpus", type=int, default=0, help="GPUs to use (0: the CPU)")
     ap.add_argument("--per_gpu", type=int, default=1, help="jobs at once on each GPU (or the CPU)")
     ap.add_argument("--time_limit_min", type=float, default=0.0,
                     help="after this many minutes no job starts and those in flight stop; 0 = none")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--only_seed", type=int, default=-1,
-                    help="run only this seed's cells (one system's seeds spread over GPUs or machines)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds of the finals")
     ap.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--cells", default=None,
-                    help="finished cells to read (default bench/study/cells; --tiny: none)")
+                    help="the finished cells, a .jsonl file (default bench/study/cells.jsonl; --tiny: none)")
     ap.add_argument("--cells_out", default="",
-                    help="where new cells go: a folder, or a .jsonl file (default OUT/cells)")
-    ap.add_argument("--page", default=str(PAGE), help="report: the page to write")
-    ap.add_argument("--only", default="", help="comma-separated systems (any subset of SYSTEMS)")
-    ap.add_argument("--tasks", default="gigaword,squad_qg",
-                    help="comma-separated tasks of this run (the cells of both stay comparable)")
-    ap.add_argument("--pre_batch", type=int, default=128, help="pre-training batch (all objectives)")
-    ap.add_argument("--pre_lr", type=float, default=7e-4, help="pre-training peak learning rate")
-    ap.add_argument("--ft_lr", type=float, default=3e-4,
-                    help="fine-tuning peak learning rate (all systems; another value is another "
-                         "study: give it its own --cells and --page)")
-    ap.add_argument("--ft_warmup", type=int, default=-1,
-                    help="fine-tuning warm-up steps (all systems); -1: train.py's 5%% of the steps")
-    ap.add_argument("--corpus", default="shared", choices=("shared", "shared+task_sources"),
-                    help="pre-training text: --data_dir's corpus, or it and the sources of both tasks' "
-                         "training pairs (never a target or a held-out source)")
+                    help="where new cells go, a .jsonl file (default OUT/cells.jsonl)")
+    ap.add_argument("--pages", default=str(HERE), help="report: the folder of the pages")
+    ap.add_argument("--only", default="", help="comma-separated systems (any subset of SYSTEMS; the choices "
+                                               "they need come along)")
+    ap.add_argument("--tasks", default="gigaword,squad_qg", help="comma-separated tasks of this run")
     ap.add_argument("--compile", default="auto", choices=("auto", "true", "false"),
                     help="train.py's --compile for the pre-trainings")
     ap.add_argument("--ft_compile", default="false", choices=("auto", "true", "false"),
-                    help="train.py's --compile for the fine-tunings (eager: four at once under --mps on "
-                         "an H100 they took 73-79 s against 103-138 s compiled, tenth session)")
+                    help="train.py's --compile for the fine-tunings (eager ran faster: bench/RESULTS.md, the study)")
     ap.add_argument("--workers", type=int, default=-1, help="train.py's --workers for every job")
     ap.add_argument("--pack", default="auto", choices=("auto", "true", "false"),
-                    help="train.py's --pack for the pre-trainings: several passages a row, so the blocks "
-                         "compute almost no padding (70-78%% of a pre-training batch's positions "
-                         "one passage a row, 2-3%% packed; tests/test_packing.py: the same per-token "
-                         "losses): pmlm's pre-trainings ran 3.4x the steps/s, four under --mps on an H200")
+                    help="train.py's --pack for the pre-trainings (the same per-token losses, 3.4x the steps/s)")
     ap.add_argument("--ft_pack", default="false", choices=("auto", "true", "false"),
-                    help="train.py's --pack for the fine-tunings (eager, host-bound: four palm SQuAD QG "
-                         "fine-tunings under --mps on an H200 ran 7.7-8.1 steps/s each packed, "
-                         "10.6-12.1 not)")
+                    help="train.py's --pack for the fine-tunings (eager and host-bound, they ran slower packed)")
     ap.add_argument("--ft_attn", default="sdpa", choices=("sdpa", "naive"),
-                    help="train.py's --attn_impl for the fine-tunings: the same function either way (a "
-                         "layout, like --pack, not a setting); at lr 1e-3 some fine-tunings from random "
-                         "weights stopped on a NaN loss on SDPA and none on the written-out one "
-                         "(bench/study_nan_gpu.sh)")
+                    help="train.py's --attn_impl for the fine-tunings (a layout, not a setting); a fine-tuning "
+                         "whose loss goes non-finite on sdpa runs again on naive")
     ap.add_argument("--cache_dir", default="",
                     help="vocabulary and tokenized data, shared by the jobs (default OUT/cache)")
-    ap.add_argument("--mps", action="store_true",
-                    help="run the jobs under CUDA's multi-process service (a daemon of this run's own, "
-                         "stopped at its end), so the --per_gpu jobs on a GPU run their kernels at the "
-                         "same time instead of taking turns")
-    ap.add_argument("--lp_sweep", default="",
-                    help="comma-separated length penalties: each cell's checkpoint decoded again at each, "
-                         "its ROUGE-L, BLEU-4 and words an output kept in the cell (decode.lp_sweep); the "
-                         "scores stay the system's own length penalty's")
+    ap.add_argument("--mps", action="store_true", help="run the jobs under CUDA's multi-process service, so the "
+                                                       "jobs on a GPU run their kernels side by side")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--stop_after_cells", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -1521,33 +1522,34 @@ def parse_args(argv):
     if not tasks or set(tasks) - {"gigaword", "squad_qg"}:
         raise UsageError(f"--tasks {args.tasks!r}: choose gigaword, squad_qg or both (comma-separated)")
     args.tasks = [t for t in ("gigaword", "squad_qg") if t in tasks]
-    if args.tiny and args.corpus != "shared":
-        raise UsageError("--corpus: --tiny reads the embedded corpus and task only")
-    try:
-        args.lp_sweep = [float(x) for x in args.lp_sweep.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"--lp_sweep {args.lp_sweep!r}: comma-separated numbers, e.g. 0,0.3,1.0") from None
-    if not all(math.isfinite(lp) and lp >= 0 for lp in args.lp_sweep):
-        raise UsageError(f"--lp_sweep: length penalties must be finite and >= 0, got {args.lp_sweep}")
-    if args.ft_warmup < -1:
-        raise UsageError(f"--ft_warmup must be >= 0 (or -1), got {args.ft_warmup}")
     if args.tiny:
         args.seeds = 1
-    if not -1 <= args.only_seed < args.seeds:
-        raise UsageError(f"--only_seed {args.only_seed}: a seed of 0..{args.seeds - 1} (--seeds), or -1")
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.cells is None:
         args.cells = "" if args.tiny else str(CELLS)
-    args.cells_out = args.cells_out or str(Path(args.out) / "cells")
+    args.cells_out = args.cells_out or str(Path(args.out) / "cells.jsonl")
+    for flag, path in (("--cells", args.cells), ("--cells_out", args.cells_out)):
+        if path and not path.endswith(".jsonl"):
+            raise UsageError(f"{flag} {path}: cells are a .jsonl file (one cell a line)")
     args.cache_dir = args.cache_dir or str(Path(args.out) / "cache")
     if args.per_gpu < 1 or args.gpus < 0:
         raise UsageError("--per_gpu must be >= 1 and --gpus >= 0")
-    if not (args.pre_lr > 0 and args.ft_lr > 0):
-        raise UsageError("--pre_lr and --ft_lr must be > 0")
     if args.mps and not args.gpus:
         raise UsageError("--mps shares GPUs between jobs: it needs --gpus 1 or more")
     if args.mps and not shutil.which(MPS_CONTROL):
         raise UsageError(f"--mps: no {MPS_CONTROL} on the PATH (it comes with NVIDIA's driver)")
     return args
+
+
+def stores(args):
+    return [args.cells, Path(args.out) / "cells.jsonl", args.cells_out]
+
+
+def todo_cells(args, cfg, names, cells):
+    """(wanted, missing): every cell of the protocol for these systems (dev cells first), those not done."""
+    wanted = grid_cells(names, cfg["tasks"], cfg) + wanted_cells(names, cfg["tasks"], cfg["seeds"])
+    return wanted, [c for c in wanted if cell_stem(*c) not in cells]
 
 
 def run(args):
@@ -1559,51 +1561,71 @@ def run(args):
         import torch
         if torch.cuda.device_count() < args.gpus:
             raise UsageError(f"--gpus {args.gpus}: only {torch.cuda.device_count()} GPU(s) here")
-    done = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
-    wanted = wanted_cells(names, cfg["tasks"], args.seeds, args.only_seed)
-    todo = [c for c in wanted if cell_stem(*c) not in done]
+    cells = done_cells(stores(args), cfg)
+    wanted, todo = todo_cells(args, cfg, names, cells)
     print(f"{len(wanted) - len(todo)} cells done, {len(todo)} to run", flush=True)
     t0 = time.time()
-    jobs = plan(todo, args, pretrain_seconds({**read_cells(CELLS), **done}))
+    measured = {**superseded_cells()[SUPERSEDED["ft-lr-1e-3.jsonl"]], **cells}
+    jobs = plan(todo, args, pretrain_seconds(measured))
     if jobs:
         prepare(cfg, args, ernie=any(SYSTEMS[j[1]]["objective"] == "ernie_gen" for j in jobs),
                 progress=not args.tiny)
     with multi_process_service(args) as env:
         args.job_env = env
-        new = schedule(jobs, args, args.cells_out)
+        new = schedule(jobs, args, args.cells_out, cells, cfg)
     print(f"{new} new cell(s) in {(time.time() - t0) / 60:.1f} min; in {args.cells_out}", flush=True)
-    cells = done_cells([args.cells, Path(args.out) / "cells", args.cells_out], cfg)
-    page = report(cells, cfg["tasks"], names)
+    page = front_page(cells, cfg, cfg["tasks"], names, {} if args.tiny else superseded_cells(), args.cells_out)
     atomic_write(Path(args.out) / "README.md", page)
-    print(page.split("## Sample outputs")[0])
+    print(page.split("## The ablations")[0].split("## What has run")[1])
 
 
 def import_cells(args):
-    """Split a .jsonl of cells (from a GPU machine's $OUT) into the committed cell files."""
+    """Merge a .jsonl of cells (from a GPU machine's $OUT) into --cells: a cell of the same stem is replaced;
+    the file stays sorted by stem."""
     if not Path(args.file).is_file():
         raise UsageError(f"import: no file {args.file!r}")
     cells = read_cells(args.file)
     target = Path(args.cells or CELLS)
     before = read_cells(target)
-    for cell in cells.values():
-        write_cell(target, cell)
+    save_cells(target, {**before, **cells})
     fresh = sum(k not in before for k in cells)
     print(f"{len(cells)} cell(s) from {args.file}: {fresh} new, {len(cells) - fresh} replaced; "
           f"{len(before) + fresh} in {target}")
 
 
 def write_report(args):
-    """The page of a cells folder: the three-seed systems (a missing one shows as not run yet) and
-    every one-seed system that has cells there."""
-    cells = read_cells(args.cells or CELLS)
-    ran = {c["system"] for c in cells.values()}
-    names = [n for n, spec in SYSTEMS.items() if spec["seeds"] is None or n in ran]
-    tasks = sorted({c["task"] for c in cells.values()}, key=list(TASKS).index) or ["gigaword",
-                                                                                  "squad_qg"]
-    folder = Path(args.cells or CELLS).resolve()
-    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
-    atomic_write(args.page, report(cells, tasks, names, shown.as_posix()))
-    print(f"{args.page}: {len(cells)} cell(s) of {len(ran)} systems")
+    """The pages of a cells file: the front page, the tables, the samples; and the superseded cells' page."""
+    cfg = settings(args)
+    cells = done_cells([args.cells or CELLS], cfg)
+    names = systems_of(args)
+    source = Path(args.cells or CELLS).resolve()
+    source = source.relative_to(ROOT).as_posix() if source.is_relative_to(ROOT) else str(source)
+    superseded = {} if args.tiny else superseded_cells()
+    pages = Path(args.pages)
+    atomic_write(pages / "README.md", front_page(cells, cfg, cfg["tasks"], names, superseded, source))
+    atomic_write(pages / "tables.md", tables_page(cells, cfg, cfg["tasks"], names, source))
+    atomic_write(pages / "samples.md", samples_page(cells, cfg["tasks"], names, source))
+    if superseded:
+        atomic_write(pages / "superseded" / "README.md", superseded_page(superseded))
+    print(f"{pages}: the pages of {len(cells)} cell(s) of {len({c['system'] for c in cells.values()})} systems")
+
+
+def show_plan(args):
+    """The jobs left of the protocol, by kind, and their time estimated from the measured cells."""
+    cfg = settings(args)
+    names = systems_of(args)
+    cells = done_cells(stores(args), cfg)
+    wanted, todo = todo_cells(args, cfg, names, cells)
+    jobs = plan(todo, args)
+    kinds = {"pre-trainings": sum(j[0] == "pre" for j in jobs), "dev cells": sum(len(j) == 5 for j in jobs),
+             "finals": sum(len(j) == 4 for j in jobs)}
+    print(f"{len(wanted) - len(todo)} of {len(wanted)} cells done; left: "
+          + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    minutes = estimate(jobs, {**superseded_cells()[SUPERSEDED["ft-lr-1e-3.jsonl"]], **cells}, cfg)
+    if minutes is None:
+        raise UsageError("no measured cells to estimate the time from")
+    print(f"about {minutes:.0f} process-minutes: about {minutes / AT_ONCE:.0f} minutes of a 4-GPU machine at "
+          f"{AT_ONCE} jobs at once (--gpus 4 --per_gpu 4 --mps), estimated from the measured cells")
 
 
 def watch_scheduler():
@@ -1626,16 +1648,17 @@ def main(argv=None):
     if args.command == "job":
         # internal: one job of the scheduler, in its own process
         watch_scheduler()
-        job = json.loads(args.file)
-        cfg = settings(args)
-        if job[0] == "pre":
-            run_pretraining(job[1], job[2], cfg, args)
+        payload = json.loads(args.file)
+        if isinstance(payload, list):
+            run_pretraining(payload[1], payload[2], settings(args), args)
         else:
-            run_cell(job[1], job[2], job[3], cfg, args)
+            run_cell(payload, settings(args), args)
     elif args.command == "import":
         import_cells(args)
     elif args.command == "report":
         write_report(args)
+    elif args.command == "plan":
+        show_plan(args)
     else:
         run(args)
 

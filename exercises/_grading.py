@@ -1,6 +1,6 @@
 """What the graders share: the reference switch, a tiny model, and failure messages that teach.
 
-The switch. A grader grades `exercises/exNN_*.py`, the student's file. With the environment variable
+The switch. A grader grades `exNN_*.py` beside it (in exercises/: the student's file). With the environment variable
 UNIGEN_REFERENCE=1 it grades the answer key instead (exercises/solutions/: the project's own code behind the
 same names), and says so loudly: every grader must pass that way, and fail on the untouched stub
 (exercises/verify.py checks both). The copy check (exercises/_copycheck.py) runs on the student's file before
@@ -9,6 +9,7 @@ it is imported: a file that reaches the exercise's answer fails every test of th
 Graders only READ the student's file; nothing here writes into exercises/.
 """
 import importlib
+import importlib.util
 import os
 import sys
 import traceback
@@ -21,6 +22,8 @@ from objectives import Batch, pad
 from exercises import _copycheck
 from objectives.masks import CTX, ORIG, PAD, PSEUDO, SPAN
 
+HERE = Path(__file__).resolve().parent
+
 REFERENCE = os.environ.get("UNIGEN_REFERENCE", "") not in ("", "0")
 GRADED_THE_SOLUTIONS = "graded: the solutions, not your files (UNIGEN_REFERENCE=1)"
 
@@ -29,8 +32,8 @@ torch.set_num_threads(1)
 
 
 class Refused:
-    """Stands in for a student's module that the copy check flags (or that does not import): every name of it
-    fails its test with the same message, so that no test of the exercise passes on copied work."""
+    """Stands in for a student's module that reaches the answer (or does not import): every name of it fails
+    its test with the same message, so that no test of the exercise passes on copied work."""
 
     def __init__(self, name, why, findings=()):
         self._name, self._why, self.findings = name, why, list(findings)
@@ -42,23 +45,31 @@ class Refused:
 
 
 def load(name):
-    """The module under grading: exercises/<name>.py, or with UNIGEN_REFERENCE=1 the project's own code
-    (exercises/solutions/, the answer key). A file that reaches the answer, or uses code the copy check cannot
-    read, is served as Refused: every test then fails with the copy check's message."""
+    """The module under grading: <name>.py in the folder of the grader that calls this (exercises/, or a copy of
+    a grader next to a student's file), or with UNIGEN_REFERENCE=1 the answer key (exercises/solutions/). A file
+    that reaches the answer is served as Refused: every test then fails with the copy check's message."""
     if REFERENCE:
         # pytest's output says it too (exercises/conftest.py); this line is for a grader imported without it
         print(f"\n*** {GRADED_THE_SOLUTIONS} ***", file=sys.stderr)
         from exercises import solutions
         return getattr(solutions, name)
-    path = Path(__file__).resolve().parent / f"{name}.py"
+    folder = Path(sys._getframe(1).f_globals.get("__file__", __file__)).resolve().parent
+    path = folder / f"{name}.py"
     findings = _copycheck.check_file(path, name) if path.exists() else []
     if findings:
         return Refused(name, _copycheck.message(findings, name), findings)
     try:
-        return importlib.import_module(f"exercises.{name}")
+        if folder == HERE:
+            return importlib.import_module(f"exercises.{name}")
+        # a file beside a copy of the grader: a module of its own, so that several can be graded in one process
+        spec = importlib.util.spec_from_file_location(f"exercises._graded_{abs(hash(str(folder)))}_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
     except Exception as e:                       # a file that does not import fails every test, one line
         line = traceback.format_exception_only(type(e), e)[-1].strip()
-        return Refused(name, f"exercises/{name}.py does not import: {line}")
+        return Refused(name, f"{name}.py does not import: {line}")
 
 
 def written_by_you(module):

@@ -20,26 +20,26 @@ What the grader checks (exercises/test_09_capstone_mass.py):
 - fine-tuning follows generate.py's decoding loop: the log-probabilities your training batch gives each target
   token equal those generate.score_targets gets by decoding (same layout in training and decoding);
 - train.py trains it (the loss falls) and generate.py decodes a fine-tuned checkpoint.
-The grader registers your class under the name "mass" while it runs (objectives/mass.py is the project's own
-solution: compare with it only when you are done).
+The grader registers your class under the name "mass" while it runs.
 
 Plan (the hints unfold: read one, try, then the next)
 
 Hint 1 (the layout). One sequence: a context part (kind CTX: everyone sees it, it sees only itself: the
     encoder) and a target part (kind ORIG, step t for its t-th row: row t sees the context and rows <= t: the
     decoder). In fine-tuning the context is "[SOS] src [EOS]" at positions 0..S-1, segment 0, and the target
-    part must look exactly like generate.py's loop without a query token (query_token = None): the row at
-    position S + t holds y_{t-1} ([SOS] for t = 0), segment 1, and predicts y_t; the last row predicts [EOS].
+    part must look exactly like generate.py's loop without a query token (the class's query_token is None):
+    the row at position S + t holds y_{t-1} ([SOS] for t = 0), segment 1, and predicts y_t; the last row
+    predicts [EOS].
 Hint 2 (pre-training). The context is "[SOS] passage [EOS]" with the span's tokens replaced by [MASK]: text
     token i at position i + 1. The target part is the span shifted right by one: [SOS], x_u, ..., x_{v-2}, at
     the span's own positions u + 1, ..., v (the row at the position of x_p predicts x_p), segment 1, labels
-    x_u .. x_{v-1}. Draw the span with the rng you are given: k = max(1, round(span_frac * n)) tokens, start
-    u = rng.randint(0, n - k).
+    x_u .. x_{v-1}. Draw the span with the rng you are given: k tokens, span_frac of the n text tokens
+    rounded and at least 1, starting at u, uniform over the n - k + 1 places where the span fits.
 Hint 3 (details). kind: CTX on every context token, ORIG on every span row; step: 0 on the context and
     1..k on the span rows (row t is factorization step t); labels: -100 on the context, the span's tokens on
-    its rows. Truncate a passage to max_len - 2 tokens first (positions must fit); skip an empty one with
-    self.count_skip("empty passage") and return None. compute_loss: ONE forward pass of the model on the
-    batch's ids, positions, segments and batch.mask (the mask described by kind and step; the model builds it
+    its rows. Truncate a passage to max_len - 2 tokens first (positions must fit); skip an empty one (count
+    it with self.count_skip and a short reason, then return None). compute_loss: ONE forward pass of the model
+    on the batch's ids, positions, segments and batch.mask (the mask described by kind and step; the model builds it
     on its device), then objectives.lm_loss on the hidden states and the labels (with self.label_smoothing)
     gives (loss, accuracy); return the loss and a dict of metrics holding the detached loss.
 Why every span slot must be [MASK] (not BERT's 80/10/10): a slot that kept its token would show the decoder its

@@ -1,6 +1,6 @@
 """Exercise 1: WordPiece's greedy longest-match-first encoding of one word (about 30 minutes).
 
-Read first: notebooks/01_wordpiece.ipynb, then tokenizer.py's module docstring (part 2, "WordPiece encoding").
+Read first: notebooks/01_wordpiece.ipynb, its last part ("Encoding: BERT's greedy longest match").
 Grade it:   python -m pytest exercises/test_01_wordpiece.py
 
 BERT (Devlin et al. 2019) cuts text in two stages: a basic tokenizer splits it into words and punctuation

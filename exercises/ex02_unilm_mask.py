@@ -1,6 +1,6 @@
 """Exercise 2: UniLM's sequence-to-sequence self-attention mask, from lengths (about 20 minutes; bonus 10 more).
 
-Read first: notebooks/02_masks.ipynb, then objectives/masks.py's module docstring.
+Read first: notebooks/02_masks.ipynb ("UniLM: four language models, four masks"), then UniLM section 2.3.
 Grade it:   python -m pytest exercises/test_02_unilm_mask.py
 
 UniLM (Dong et al. 2019, sections 2.2-2.3, Figure 1) trains ONE Transformer as four language models; the only

@@ -1,6 +1,6 @@
 """Exercise 3: UniLMv2's blockwise masking, Algorithm 1 (about 40 minutes).
 
-Read first: notebooks/03_pmlm.ipynb, then objectives/pmlm.py's module docstring (points 1 and 2).
+Read first: notebooks/03_pmlm.ipynb ("How one example is made"), then UniLMv2 section 3.1.2 and its Algorithm 1.
 Grade it:   python -m pytest exercises/test_03_blockwise.py
 
 UniLMv2 (Bao et al. 2020, section 3.1.2, Algorithm 1) masks whole BLOCKS of tokens, not single ones, so that
@@ -37,14 +37,18 @@ import math  # noqa: F401  (math.ceil: the goal)
 def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
     """Masked positions as blocks in the order drawn (Algorithm 1), or None (see the module docstring)."""
     # TODO 1: list the maskable positions, and for each one the end of its run.
-    # TODO 2: the goal: ceil(mask_prob * n) positions (careful: 0.15 * 100 is 15.000000000000002).
+    # TODO 2: the goal: ceil(mask_prob * n) positions (careful with floats: 0.55 * 100 is 55.00000000000001,
+    #         so take a hair off before rounding up).
     # TODO 3: the repeat ... until loop of Algorithm 1, with a guard so that it cannot loop forever.
     #
-    # Hint 1: positions = [p for s, e in runs for p in range(s, e)]; rng.choice(positions) is a uniform start
-    #         over the maskable tokens (Algorithm 1's rand_int(1, |x|) over them).
-    # Hint 2: a draw is kept when p + l <= the end of p's run (inside the run) and no position in
-    #         range(p, p + l) is in the set of masked positions (no overlap). Otherwise draw again.
-    # Hint 3: goal = math.ceil(mask_prob * len(positions) - 1e-9); return the blocks as soon as
-    #         len(masked) >= goal; loop at most, say, 100 * len(positions) + 100 times, then return None.
+    # Hint 1: one flat list of every maskable position makes the start uniform over the maskable tokens
+    #         (Algorithm 1's rand_int(1, |x|) over them): draw it with the rng's choice. A dict from each
+    #         position to the end of its run answers "does the block fit?" in one look-up.
+    # Hint 2: after drawing a start and a length, keep the block only if it ends at or before the end of its
+    #         start's run and none of its positions is masked already (a set of masked positions); otherwise
+    #         draw again. A kept block joins the list in the order drawn.
+    # Hint 3: after each kept block compare the number of masked positions with the goal and return the list as
+    #         soon as it is reached; give up with None after a generous number of draws (a hundred times the
+    #         number of positions, plus a hundred, is plenty).
     raise NotImplementedError("exercise 3: write blockwise_masking (see the TODOs)")
 

@@ -1,7 +1,7 @@
 """Exercise 4: UniLMv2's pseudo-masked attention mask, from token kinds and factorization steps (about 40 minutes).
 
-Read first: notebooks/03_pmlm.ipynb, then objectives/pmlm.py's module docstring and objectives/masks.py
-(the kinds, and the picture in pseudo_masked's docstring). Do exercise 3 first.
+Read first: notebooks/03_pmlm.ipynb ("The layout", "The mask") and notebooks/02_masks.ipynb ("UniLMv2: the
+pseudo-masked LM (Figure 5)"), then UniLMv2 section 3.2. Do exercise 3 first.
 Grade it:   python -m pytest exercises/test_04_pseudo_mask.py
 
 UniLMv2 (Bao et al. 2020, section 3.2, Figures 4 and 5) trains an autoencoding LM and a partially
@@ -29,7 +29,7 @@ grader runs the project's leakage checker with your mask, so you will see which 
 Contract
     pseudo_masked_mask(kind, step) -> (B, L, L) torch.bool, True = query i may attend key j
     kind, step   (B, L) long tensors; kind uses the constants CTX, ORIG, PSEUDO, PAD imported below
-Write the rule yourself: the grader refuses masks.may_attend / attention_mask / pseudo_masked.
+Write the rule yourself: the project's mask functions count as copying (exercises/README.md, "Your own work").
 """
 import torch  # noqa: F401  (yours to use)
 

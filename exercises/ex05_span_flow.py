@@ -1,7 +1,7 @@
 """Exercise 5: ERNIE-GEN's span-by-span generation flow, as one attention mask (about 40 minutes).
 
-Read first: notebooks/04_ernie_gen.ipynb, then objectives/ernie_gen.py's module docstring and masks.multi_flow's
-picture. Do exercise 2 first: the contextual flow below is its seq2seq mask.
+Read first: notebooks/04_ernie_gen.ipynb (part 1) and notebooks/02_masks.ipynb ("ERNIE-GEN: three flows in one
+sequence"), then ERNIE-GEN section 3.3. Do exercise 2 first: the contextual flow below is its seq2seq mask.
 Grade it:   python -m pytest exercises/test_05_span_flow.py
 
 ERNIE-GEN (Xiao et al. 2020, section 3.3, Figure 3) does not only predict the target word by word: it also
@@ -32,7 +32,7 @@ Example: n_src = 2, T = 3, spans [(0, 1), (1, 3)]  (the target t1 | t2 t3):
 Contract
     span_flow_mask(n_src, spans) -> (L, L) torch.bool with L = n_src + 2 T
     spans   the target's spans in order, 0-based and end-exclusive, covering 0..T: [(0, e1), (e1, e2), ..., (., T)]
-Write it yourself: the grader refuses masks.may_attend / attention_mask / multi_flow.
+Write it yourself: the project's mask functions count as copying (exercises/README.md, "Your own work").
 """
 import torch  # noqa: F401  (yours to use)
 

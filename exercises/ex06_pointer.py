@@ -1,6 +1,6 @@
 """Exercise 6: PALM's pointer-generator mixture (about 40 minutes).
 
-Read first: notebooks/05_palm.ipynb, then model.PointerGenerator's docstring and objectives/palm.py.
+Read first: notebooks/05_palm.ipynb ("The equations, and what the code returns"), then PALM section 2.3.
 Grade it:   python -m pytest exercises/test_06_pointer.py
 
 PALM (Bi et al. 2020, section 2.3, after See et al. 2017) lets the decoder COPY words from the context instead
@@ -29,7 +29,7 @@ Contract (any leading dimensions "...": (B, T) decoder steps, or none)
     mixture_logprobs(vocab_logits, alpha, gate_logit, src_ids) -> log P (..., V) float32
         vocab_logits (..., V), alpha (..., S), gate_logit (...), src_ids (..., S)
         log P(y) = -inf exactly where P(y) = 0 (a token the head cannot generate and the context lacks).
-Write it yourself: the grader refuses model.PointerGenerator.
+Write it yourself: the project's copy head counts as copying (exercises/README.md, "Your own work").
 """
 import torch  # noqa: F401  (yours to use)
 import torch.nn.functional as F  # noqa: F401  (F.logsigmoid, ...)

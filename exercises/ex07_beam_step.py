@@ -1,6 +1,6 @@
 """Exercise 7: one step of beam search, with the length penalty and trigram blocking (about 50 minutes).
 
-Read first: notebooks/06_decoding.ipynb, then generate.py's module docstring and beam_search().
+Read first: notebooks/06_decoding.ipynb (parts 1 and 2), then Wu et al. 2016 (GNMT) section 7.
 Grade it:   python -m pytest exercises/test_07_beam_step.py
 
 Beam search keeps the K best partial outputs (beams). One step, for one source:

@@ -1,7 +1,7 @@
 """Exercise 8: ROUGE-L, the longest-common-subsequence F-measure of one prediction and one reference
 (about 30 minutes).
 
-Read first: evaluate.py's ROUGE section. Background: notebooks/06_decoding.ipynb (the outputs ROUGE scores).
+Read first: notebooks/06_decoding.ipynb (part 3, "ROUGE-L: the longest common subsequence"), then Lin 2004 section 3.1.
 Grade it:   python -m pytest exercises/test_08_rouge_l.py
 
 The papers report summaries with ROUGE (Lin 2004). ROUGE-L looks at the longest common subsequence (LCS) of the

@@ -1,26 +1,34 @@
-"""Grade a class: every student's files, each student in isolation, with a time limit, into one table.
+"""Grade a class: every student's files, each student in isolation, with a time limit, into one report.
 
     python exercises/grade_class.py SUBMISSIONS/ --out report            # -> report.csv and report.md
     python exercises/grade_class.py SUBMISSIONS/ --out report --exercises 02 08 --timeout 120 --jobs 2
 
 SUBMISSIONS/ holds one sub-folder per student, with files named like the stubs (ex02_unilm_mask.py, ...,
-capstone_mass.py); a file that is missing is "not submitted" and its graders are not run. For each student:
+capstone_mass.py). For each student:
 
-1. the copy check (exercises/_copycheck.py) reads each file, without running it: "copied" (it reaches the
-   exercise's answer, the answer key or a reference scorer) or "cannot check" (a dynamic trick), with why;
-2. a temporary copy of exercises/ (the graders, the stubs, the helpers; NOT the answer key exercises/solutions/)
+1. a file whose name matches no exercise is reported with the closest name ("ex05_spanflow.py: did you mean
+   ex05_span_flow.py?"); it is not graded;
+2. the copy check (exercises/_copycheck.py) reads each file, without running it: a file that imports or names
+   the answer key, the class fixtures, the project's implementation of the exercise or a library that computes
+   it is "copied", with the line;
+3. a temporary copy of exercises/ (the graders, the stubs, the helpers; NOT the answer key exercises/solutions/)
    gets the student's files in place of the stubs, and pytest runs the student's graders there in a subprocess,
    the project's modules importable, UNIGEN_REFERENCE off;
-3. a time limit per pytest run: a grader still running then is "timed out", a process that dies is "crashed",
-   and the graders not reached yet run again in a fresh process (one hanging exercise costs only itself).
+4. a time limit per test: a grader still running then is "timed out", a process that dies is "crashed", and
+   the graders not reached yet run again in a fresh process (one hanging exercise costs only itself).
 
-One row per (student, grader): tests passed / total, the flag and why, the first failure message (one line).
-Ctrl-C writes the table of the students done so far. What it leaves out: a student given as loose files (one
-folder per student), similarity between students, and the capstone's cost (it trains a model: 7-18 s a student on
-2 CPU cores; leave it out with --exercises).
+Per student and exercise a status: "passed N/M", "copied" (with the line), "missing", "not attempted" (the
+untouched stub), "does not import", "crashed", "timed out"; an optional grader (OPTIONAL = True in it, the
+bonus of exercise 2) is marked as such and stays out of the total. Per student a total: the exercises passed in
+full and the tests passed, optional graders aside. A separate review section lists identical and near-identical
+code, between students and between a student and a file of the repository (exercises/_similarity.py: a measure
+that names do not change); it is for the instructor to read, never a failure. Ctrl-C writes the report of the
+students done so far. The capstone trains a model (7-18 s a student on 2 CPU cores; leave it out with
+--exercises).
 """
 import argparse
 import csv
+import difflib
 import json
 import os
 import re
@@ -37,10 +45,10 @@ from tqdm import tqdm
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-from exercises import _copycheck  # noqa: E402  (after the project is on the path)
+from exercises import _copycheck, _similarity  # noqa: E402  (after the project is on the path)
 
 LOAD_LIMIT = 300             # seconds for pytest to import the files and collect, on a busy machine
-COLUMNS = ("student", "exercise", "file", "passed", "total", "flag", "why flagged", "first failure")
+COLUMNS = ("student", "exercise", "file", "status", "passed", "total", "optional", "detail")
 
 # A pytest plugin, written next to the student's copy: one JSON line per test started and per outcome, flushed
 # at once, so that a run killed at its time limit still says what it finished and where it hung
@@ -83,12 +91,13 @@ def fail(msg):
 
 
 def graders(chosen=None):
-    """[(grader stem, the stub it grades)], in order; `chosen` filters by number or name."""
+    """[(grader stem, the stub it grades, optional)], in order; `chosen` filters by number or name."""
     out = []
     for g in sorted(HERE.glob("test_*.py")):
-        stub = re.search(r'grading\.load\("(\w+)"\)', g.read_text())
+        text = g.read_text()
+        stub = re.search(r'grading\.load\("(\w+)"\)', text)
         if stub and (not chosen or any(c in g.stem for c in chosen)):
-            out.append((g.stem, stub.group(1)))
+            out.append((g.stem, stub.group(1), bool(re.search(r"^OPTIONAL = True", text, re.M))))
     return out
 
 
@@ -119,7 +128,11 @@ def copy_of_exercises(tmp, files):
 
 
 def run_graders(tmp, stems, limit):
-    """pytest over the graders, again on those not reached after a time-out or crash -> {stem: result}."""
+    """pytest over the graders, again on those not reached after a time-out or crash -> {stem: result}.
+
+    A result: passed, total, failure (the first, in one line), unwritten (failures that are the stub's own
+    NotImplementedError), absent (a function the file does not define), ended ("timed out" / "crashed" / "" when
+    pytest finished)."""
     results, todo = {}, list(stems)
     # PYTEST_DISABLE_PLUGIN_AUTOLOAD: the graders need no third-party pytest plugin, and loading the installed
     # ones (hypothesis, anyio, ...) costs about a second a process
@@ -138,7 +151,8 @@ def run_graders(tmp, stems, limit):
         except subprocess.TimeoutExpired:
             status = None
         rows = [json.loads(ln) for ln in (tmp / "log.jsonl").read_text().splitlines() if ln.strip()]
-        per = {s: {"passed": 0, "total": 0, "failure": "", "started": False} for s in todo}
+        per = {s: dict(passed=0, total=0, failure="", unwritten=0, absent=0, failed=0, ended="", started=False)
+               for s in todo}
         last = None
         for row in rows:
             stem = Path(row["nodeid"].split("::")[0]).stem
@@ -153,20 +167,26 @@ def run_graders(tmp, stems, limit):
                 status = "timeout"
             elif row["when"] == "call" or row["outcome"] != "passed":
                 r["passed"] += row["outcome"] == "passed"
-                if not r["failure"] and row["outcome"] == "failed":
-                    r["failure"] = f"{row['nodeid'].split('::')[-1]}: {one_line(row['message'])}"
-        ended = {None: "timed out while loading the files", "timeout": f"timed out after {limit:g} s"}.get(status)
+                if row["outcome"] == "failed":
+                    r["failed"] += 1
+                    r["unwritten"] += row["message"].startswith("NotImplementedError")
+                    r["absent"] += bool(re.match(r"AttributeError: module .* has no attribute", row["message"]))
+                    if not r["failure"]:
+                        r["failure"] = f"{row['nodeid'].split('::')[-1]}: {one_line(row['message'])}"
+        ended = {None: "timed out", "timeout": "timed out"}.get(status)
         if ended is None and status not in (0, 1, 5):
-            ended = f"crashed (exit status {status})"
+            ended = "crashed"
+        why = {None: "timed out while loading the files", "timeout": f"timed out after {limit:g} s"}.get(
+            status, f"crashed (exit status {status})")
         if ended and last is None:                       # no test even started: the files hang or kill on load
             for s in todo:
-                results[s] = dict(per[s], failure=ended)
+                results[s] = dict(per[s], failure=why, ended=ended)
             break
         for s in todo:
             if per[s]["started"] and (not ended or s != last):
                 results[s] = per[s]
         if ended:
-            results[last] = dict(per[last], failure=f"{ended} in a test of {last}" +
+            results[last] = dict(per[last], ended=ended, failure=f"{why} in a test of {last}" +
                                  (f"; before: {per[last]['failure']}" if per[last]["failure"] else ""))
         todo = [s for s in todo if s not in results]
         if not ended:                                     # a grader that never started: report, do not loop
@@ -176,39 +196,115 @@ def run_graders(tmp, stems, limit):
     return results
 
 
+def strays(folder, stubs):
+    """{stub: [message]} for the files of a folder that match no exercise, under the exercise they resemble
+    most (None: no exercise close enough)."""
+    names = [f"{s}.py" for s in stubs]
+    out = {}
+    for f in sorted(folder.iterdir()):
+        if f.name in names or f.name.startswith(".") or f.is_dir() or f.name == "__pycache__":
+            continue
+        close = difflib.get_close_matches(f.name, names, n=1, cutoff=0.6)
+        if not close and f.suffix == ".py":
+            number = re.match(r"(ex\d+|capstone)", f.name)
+            close = [n for n in names if number and n.startswith(number.group(1))][:1]
+        key = close[0][:-3] if close else None
+        out.setdefault(key, []).append(f"{f.name}: did you mean {close[0]}?" if close else
+                                       f"{f.name}: not an exercise file (not graded)")
+    return out
+
+
+def status_of(result, findings, optional):
+    """(status, detail) of one graded file."""
+    if findings:
+        return "copied", str(findings[0])
+    if result["ended"]:
+        return result["ended"], result["failure"]
+    if "does not import:" in result["failure"]:
+        return "does not import", result["failure"].split("does not import:", 1)[1].strip()
+    if result["failed"] and result["unwritten"] == result["failed"] and not result["passed"]:
+        return ("bonus not attempted" if optional else "not attempted"), "the stub as handed out"
+    if optional and result["failed"] and result["unwritten"] + result["absent"] == result["failed"] and \
+            not result["passed"]:
+        return "bonus not attempted", "the file does not define the bonus's functions"
+    return f"passed {result['passed']}/{result['total']}", result["failure"]
+
+
 def grade_student(folder, chosen, timeout):
-    """One student's rows of the table."""
-    stubs = {stub for _, stub in chosen}
+    """One student's rows of the report."""
+    stubs = {stub for _, stub, _ in chosen}
     files = {stub: folder / f"{stub}.py" for stub in stubs if (folder / f"{stub}.py").is_file()}
+    stray = strays(folder, sorted({stub for _, stub, _ in graders()}))
     flags = {stub: _copycheck.check_file(path, stub) for stub, path in files.items()}
     with tempfile.TemporaryDirectory(prefix="grade_class_") as tmp:
         tmp = Path(tmp)
         copy_of_exercises(tmp, files)
-        results = run_graders(tmp, [g for g, stub in chosen if stub in files], timeout) if files else {}
+        results = run_graders(tmp, [g for g, stub, _ in chosen if stub in files], timeout) if files else {}
     rows = []
-    for grader, stub in chosen:
-        row = dict(student=folder.name, exercise=grader.removeprefix("test_"), file=f"{stub}.py")
+    for grader, stub, optional in chosen:
+        row = dict(student=folder.name, exercise=grader.removeprefix("test_"), file=f"{stub}.py",
+                   optional="optional" if optional else "")
         if stub not in files:
-            rows.append(dict(row, passed="", total="", flag="", **{"why flagged": "",
-                                                                   "first failure": "not submitted"}))
+            near = "; ".join(stray.get(stub, []))
+            rows.append(dict(row, status="missing", passed="", total="", detail=near or "no file"))
             continue
-        r, found = results[grader], flags[stub]
-        why = "; ".join(str(f) for f in found[:2])
-        rows.append(dict(row, passed=r["passed"], total=r["total"], flag=_copycheck.verdict(found),
-                         **{"why flagged": why, "first failure": r["failure"]}))
+        r = results[grader]
+        status, detail = status_of(r, flags[stub], optional)
+        rows.append(dict(row, status=status, passed=0 if flags[stub] else r["passed"], total=r["total"],
+                         detail=detail))
+    for message in stray.get(None, []):
+        rows.append(dict(student=folder.name, exercise="", file=message.split(":")[0], status="not graded",
+                         passed="", total="", optional="", detail=message))
     return rows
 
 
-def write_report(rows, out):
-    """out.csv and out.md."""
+def totals(rows):
+    """{student: (exercises passed in full, exercises, tests passed, tests)}, optional graders aside."""
+    out = {}
+    for r in rows:
+        if not r["exercise"] or r["optional"]:
+            continue
+        t = out.setdefault(r["student"], [0, 0, 0, 0])
+        t[0] += r["status"].startswith("passed") and r["passed"] == r["total"] != 0
+        t[1] += 1
+        t[2] += int(r["passed"] or 0)
+        t[3] += int(r["total"] or 0)
+    return out
+
+
+def write_report(rows, out, review, students):
+    """out.csv (one row per student and exercise, then one TOTAL row per student) and out.md."""
+    total = totals(rows)
     with open(f"{out}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, COLUMNS)
         w.writeheader()
-        w.writerows(rows)
+        for s in students:
+            w.writerows(r for r in rows if r["student"] == s)
+            if s in total:
+                done, n, tp, tn = total[s]
+                w.writerow(dict(student=s, exercise="TOTAL", file="", status=f"{done}/{n} exercises passed",
+                                passed=tp, total=tn, optional="", detail=""))
     cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in rows]
-    Path(f"{out}.md").write_text("# Class report\n\n" + "\n".join(lines) + "\n")
+    exercises = list(dict.fromkeys(r["exercise"] + (" (optional)" if r["optional"] else "")
+                                   for r in rows if r["exercise"]))
+    lines = ["# Class report", "", "## Grades", "",
+             "| student | total | " + " | ".join(exercises) + " |", "|" + " --- |" * (len(exercises) + 2)]
+    for s in students:
+        mine = {r["exercise"] + (" (optional)" if r["optional"] else ""): r for r in rows if r["student"] == s}
+        if s not in total and not mine:
+            continue
+        done, n, tp, tn = total.get(s, (0, 0, 0, 0))
+        lines.append(f"| {cell(s)} | {done}/{n} exercises, {tp}/{tn} tests | " +
+                     " | ".join(cell(mine[e]["status"]) if e in mine else "" for e in exercises) + " |")
+    lines += ["", "## Details", "", "| student | exercise | status | detail |", "| --- | --- | --- | --- |"]
+    lines += [f"| {cell(r['student'])} | {cell(r['exercise'] or r['file'])} | {cell(r['status'])} | "
+              f"{cell(r['detail'])} |" for r in rows if r["detail"] not in ("", "no file")]
+    lines += ["", "## For review (not counted in any grade)", "",
+              "Identical or near-identical code, the names aside (exercises/_similarity.py): between students, "
+              "and between a student and a file of the repository. A likeness is a question for the student, "
+              "not a proof; short code that everyone writes the same way is left out.", ""]
+    lines += [f"- {cell(line)}" for line in review] or ["- nothing"]
+    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
 
 
 def parse_args(argv):
@@ -249,10 +345,13 @@ def main(argv=None):
         print(f"grade_class.py: interrupted: writing the {len(done)} student(s) done", file=sys.stderr)
     else:
         pool.shutdown()
-    rows = [r for s in students if s.name in done for r in done[s.name]]
-    write_report(rows, args.out)
+    names = [s.name for s in students if s.name in done]
+    rows = [r for s in names for r in done[s]]
+    stubs = sorted({stub for _, stub, _ in chosen})
+    review = _similarity.review({s: folder / s for s in names}, stubs, exclude=folder.resolve())
+    write_report(rows, args.out, review, names)
     print(f"grade_class.py: {len(done)} of {len(students)} student(s), {len(chosen)} grader(s) "
-          f"({time.time() - start:.0f} s): {args.out}.csv, {args.out}.md")
+          f"({time.time() - start:.0f} s), {len(review)} item(s) for review: {args.out}.csv, {args.out}.md")
     return 0 if len(done) == len(students) else 130
 
 

@@ -21,15 +21,19 @@ def project(word, vocab):
 
 
 def explain(word, got, want, vocab):
-    """Why `got` is not `want`, in words."""
+    """Why `got` is not `want`, in words: the rule the difference shows, never one it does not."""
     head = f"encode_word({word[:40]!r}{'...' if len(word) > 40 else ''}) gave {got[:8]}, the project gives {want[:8]}"
+    if want == ["[UNK]"] and len(word) > 100:
+        return head + ": a word longer than 100 characters is [UNK] without looking"
+    if got == ["[UNK]"] and len(word) == 100:
+        return head + (": a word of exactly 100 characters is still encoded; only a word LONGER than 100 is [UNK] "
+                       "without looking")
     if want == ["[UNK]"]:
-        return head + (": a word longer than 100 characters is [UNK] without looking" if len(word) > 100 else
-                       ": at some point no vocabulary piece matches the rest of the word, and then the WHOLE word "
+        return head + (": at some point no vocabulary piece matches the rest of the word, and then the WHOLE word "
                        "is [UNK], not only the rest (BERT keeps no half-encoded words)")
     if got == ["[UNK]"]:
-        return head + (": the vocabulary covers the word; a search that does not try the LONGEST piece first, or "
-                       "forgets the '##' of a continuation, can walk into a dead end and give up on it")
+        return head + (": the vocabulary covers this word (the project's pieces above are all in it), so there is "
+                       "always a piece to take; find where your walk stopped finding one")
     k = next((k for k, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
     if k == len(got) or k == len(want):
         return head + f": the pieces agree up to piece {k}, then one list stops early"
@@ -53,6 +57,13 @@ def check(word, vocab):
 
 
 BERT = {"un", "##aff", "##able", "u", "##n", "##a", "##af", "##ab", "##ble", "a", "able"}
+
+
+def test_the_two_rules():
+    """BERT's example word with a vocabulary where each rule shows: every letter is a piece (so a walk that takes
+    the SHORTEST piece first does not get stuck, it just gives other pieces), and "aff" is a piece both at the
+    start of a word and as a continuation "##aff" (so a walk that forgets the '##' finds a piece, the wrong one)."""
+    check("unaffable", BERT | {"aff", "##f", "##b", "##l", "##e"})
 
 
 def test_berts_example():

@@ -18,19 +18,24 @@ def part(k, n_src, n):
     return "padding" if k >= n else "source" if k < n_src else "target"
 
 
-def why_seq2seq(n_src, n):
+def why_seq2seq(n_src, n, mine=None):
     def why(i, j, got):
         qi, kj = part(i, n_src, n), part(j, n_src, n)
         if "padding" in (qi, kj):
             return "padding is never attended, and a padding row attends nothing (it carries no loss)"
         if got and qi == "source":
-            return ("a source token sees only the source; if it saw the target, every target token reading the "
-                    "source would learn the target through it (leakage through the source)")
+            # a source row that sees the first target token only: the source's end is off by one
+            first = (f"key {j} is the first target token (the source is tokens 0..{n_src - 1}, j < n_src); "
+                     if j == n_src and mine is not None and not mine[i, n_src + 1:n].any() else "")
+            return first + ("a source token sees only the source; if it saw the target, every target token reading "
+                            "the source would learn the target through it (leakage through the source)")
         if got:
             return ("a target token sees the target to its LEFT and itself, never a later one: that is what lets "
                     "the model generate left to right (UniLM 2.3)")
         if qi == "source":
             return "the source is read bidirectionally: every source token sees every source token"
+        if i == j:
+            return "a target token sees itself (j <= i, the diagonal) besides the source and the target to its left"
         return ("every target token sees the whole source, the target tokens to its left, and itself "
                 "(UniLM 2.3, Figure 1)")
     return why
@@ -40,6 +45,10 @@ def compare(got, want, L, title, why=None, say=None):
     assert torch.is_tensor(got) and got.dtype == torch.bool, \
         f"{title} must be a torch.bool tensor, got {type(got).__name__} {getattr(got, 'dtype', '')}"
     assert tuple(got.shape) == (L, L), f"{title} must have shape ({L}, {L}), got {tuple(got.shape)}"
+    assert torch.equal(got, want) or not torch.equal(got.T, want), \
+        f"{title} is the transpose of the project's mask: row i is the QUERY (the token that attends), column j the " \
+        f"KEY (the token attended to); mask[i, j] answers 'may token i read token j?'\nyours:\n{grading.picture(got)}" \
+        f"\nthe project's:\n{grading.picture(want)}"
     if not torch.equal(got, want):
         say = say or (lambda k: f"token {k}")
         raise AssertionError(grading.mask_diff_message(got, want, say, why, title) +
@@ -49,7 +58,7 @@ def compare(got, want, L, title, why=None, say=None):
 def check_seq2seq(n_src, n, L):
     got = ex.seq2seq_mask(n_src, n, L)
     want = masks.seq2seq([n_src], [n], L)[0]
-    compare(got, want, L, f"seq2seq_mask(n_src={n_src}, n={n}, L={L})", why_seq2seq(n_src, n),
+    compare(got, want, L, f"seq2seq_mask(n_src={n_src}, n={n}, L={L})", why_seq2seq(n_src, n, got),
             lambda k: part(k, n_src, n) + f" token {k}")
 
 

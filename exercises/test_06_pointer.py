@@ -51,6 +51,27 @@ def test_copy_distribution_on_random_tensors():
         assert torch.allclose(got.sum(-1), torch.ones(()), atol=1e-5), "P^c must sum to 1 when alpha does"
 
 
+def test_gate_extremes():
+    """A shut gate and an open one: lambda = 1 generates only, lambda = 0 copies only."""
+    alpha = torch.tensor([[0.25, 0.75]])
+    src = torch.tensor([[2, 4]])
+    logits = torch.randn(1, 6, generator=torch.Generator().manual_seed(0))
+    gen = ex.mixture_logprobs(logits, alpha, torch.tensor([math.inf]), src)
+    copied = math.isclose(float(gen[0, 4]), math.log(0.75), abs_tol=1e-6) and bool(gen[0, 0] == -math.inf)
+    assert not copied, \
+        "at lambda = 1 (gate +inf) your log P is the COPY distribution: lambda = sigmoid(g) is the share GENERATED " \
+        "(from the vocabulary, P^v), 1 - lambda the share copied (P^c), Eq. 7"
+    assert not torch.allclose(gen, logits, atol=1e-6), \
+        "at lambda = 1 (gate +inf) your log P is the logits themselves: log P^v is the log_softmax of the logits " \
+        "(a log-probability, Eq. 2), not the logits"
+    assert torch.allclose(gen, logits.log_softmax(-1), atol=1e-6), \
+        f"lambda = 1 (gate +inf): log P must be the vocabulary's log_softmax, nothing copied; got {gen[0].tolist()}"
+    cp = ex.mixture_logprobs(logits, alpha, torch.tensor([-math.inf]), src)
+    assert math.isclose(float(cp[0, 4]), math.log(0.75), abs_tol=1e-6) and cp[0, 0] == -math.inf, \
+        f"lambda = 0 (gate -inf): log P must be log P^c: log 0.75 at token 4 and -inf off the context; got " \
+        f"{cp[0].tolist()}"
+
+
 def random_head_case(seed, B=3, T=4, S=7, V=30, d=16):
     """A random copy head and states; context ids with repeats and special-like holes; one empty source."""
     g = torch.Generator().manual_seed(seed)
@@ -83,19 +104,6 @@ def test_mixture_equals_the_projects_head():
                 f"{'in' if (ids[b][src_mask[b]] == y).any() else 'not in'} the copyable context). "
                 "log P = logaddexp(log lambda + log P^v, log(1 - lambda) + log P^c)")
         assert torch.allclose(got.exp().sum(-1), torch.ones(()), atol=1e-4), "P must sum to 1 over the vocabulary"
-
-
-def test_gate_extremes():
-    alpha = torch.tensor([[0.25, 0.75]])
-    src = torch.tensor([[2, 4]])
-    logits = torch.randn(1, 6, generator=torch.Generator().manual_seed(0))
-    gen = ex.mixture_logprobs(logits, alpha, torch.tensor([math.inf]), src)
-    assert torch.allclose(gen, logits.log_softmax(-1), atol=1e-6), \
-        "lambda = 1 (gate +inf): log P must be the vocabulary's log_softmax, nothing copied"
-    cp = ex.mixture_logprobs(logits, alpha, torch.tensor([-math.inf]), src)
-    assert math.isclose(float(cp[0, 4]), math.log(0.75), abs_tol=1e-6) and cp[0, 0] == -math.inf, \
-        f"lambda = 0 (gate -inf): log P must be log P^c: log 0.75 at token 4 and -inf off the context; got " \
-        f"{cp[0].tolist()}"
 
 
 def test_log_space_where_probabilities_underflow():

@@ -54,6 +54,15 @@ def test_finished_and_live_by_hand():
     assert totals == pytest.approx([-1.1, -2.2]), f"new totals are unscaled sums: [-1.1, -2.2], got {totals}"
 
 
+def test_live_beams_best_first():
+    # candidates: (1, C) -0.6, (0, A) -1.1, (1, D) -5.5, (0, B) -6.0
+    _, beams, tokens, totals = step([-1.0, -0.5], [{A: -0.1, B: -5.0}, {C: -0.1, D: -5.0}], [[A], [B]], 2)
+    assert (beams, tokens) == ([1, 0], [C, A]), \
+        f"live beams: the K best candidates that do not end in [EOS], BEST FIRST: (beam 1, token {C}) -0.6, then " \
+        f"(beam 0, token {A}) -1.1; got beams {beams}, tokens {tokens}"
+    assert totals == pytest.approx([-0.6, -1.1])
+
+
 def test_an_eos_below_the_k_best_is_dropped():
     finished, beams, tokens, _ = step([0.0, -1.0], [{A: -0.1, B: -0.2, EOS: -0.3}, {C: -0.1, EOS: -5.0}],
                                       [[D], [D]], 2)

@@ -15,7 +15,7 @@ ex = grading.load("ex08_rouge_l")
 
 def one_lcs(a, b):
     """One longest common subsequence of a and b, to show in a message."""
-    return [a[k] for k in sorted(evaluate._lcs_positions(a, b))]
+    return [a[i] for i, _ in evaluate.lcs_alignment(a, b)[1]]
 
 
 def check_lcs(a, b):
@@ -25,22 +25,38 @@ def check_lcs(a, b):
 
 
 def check_rouge(prediction, reference):
-    got = ex.rouge_l(prediction, reference)
-    want = evaluate.rouge_scores(prediction, reference)["rougeL"]
-    assert set(got) >= {"precision", "recall", "fmeasure"}, f"return precision, recall and fmeasure; got {got}"
     pred, ref = evaluate.rouge_tokenize(prediction), evaluate.rouge_tokenize(reference)
+    call = f"rouge_l({prediction!r}, {reference!r})"
+    try:
+        got = ex.rouge_l(prediction, reference)
+    except ZeroDivisionError:
+        empty = repr(prediction) if not pred else repr(reference)
+        raise AssertionError(f"{call} divided by zero: {empty} has no tokens; return zeros before dividing when a "
+                             "text has no tokens (P = R = F = 0)") from None
+    want = evaluate.rouge_scores(prediction, reference)["rougeL"]
+    assert isinstance(got, dict) and set(got) >= {"precision", "recall", "fmeasure"}, \
+        f"return a dict with precision, recall and fmeasure; got {got}"
+    same = lambda a, b: all(a[k] == pytest.approx(b[k], abs=1e-9) for k in ("precision", "recall", "fmeasure"))
+    if same(got, want):
+        return
+    if pred and ref:                                     # the LCS first: P, R and F all stand on it
+        check_lcs(ref, pred)
+    split = evaluate._rouge_l(reference.split(), prediction.split())
+    assert not same(got, split), \
+        f"{call}: {got}, the scores of the texts split at spaces; tokenize both with rouge_tokenize (lowercase, " \
+        f"and anything but a-z and 0-9 separates tokens): {prediction!r} is {pred}, {reference!r} is {ref}"
     lcs = evaluate._lcs_table(ref, pred)[-1][-1] if pred and ref else 0
     swapped = got["precision"] == pytest.approx(want["recall"]) and \
         got["recall"] == pytest.approx(want["precision"])
     assert not swapped or want["precision"] == pytest.approx(want["recall"]), \
-        f"rouge_l({prediction!r}, {reference!r}): precision and recall are swapped (yours {got['precision']:.4f}, " \
+        f"{call}: precision and recall are swapped (yours {got['precision']:.4f}, " \
         f"{got['recall']:.4f}): precision = LCS / |prediction| = {lcs} / {len(pred)}, " \
         f"recall = LCS / |reference| = {lcs} / {len(ref)} (Lin 2004, Eq. 2-3)"
     for key, why in (("precision", f"LCS / |prediction| = {lcs} / {len(pred)}"),
                      ("recall", f"LCS / |reference| = {lcs} / {len(ref)}"),
                      ("fmeasure", "2 P R / (P + R), 0 when P + R = 0")):
         assert got[key] == pytest.approx(want[key], abs=1e-9), \
-            f"rouge_l({prediction!r}, {reference!r}): {key} {got[key]!r}, the project's {want[key]:.4f} = {why}" + \
+            f"{call}: {key} {got[key]!r}, the project's {want[key]:.4f} = {why}" + \
             (" (an empty text scores 0)" if not pred or not ref else "")
 
 

@@ -21,7 +21,7 @@ import objectives
 import train
 from exercises import _grading as grading
 from objectives import get_objective, leakage
-from objectives.masks import CTX, ORIG, PAD
+from objectives.masks import CTX, ORIG, PAD, PSEUDO, SPAN
 from tokenizer import SPECIAL_TOKENS, WordPiece
 
 mod = grading.load("capstone_mass")
@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "exercises"
 TOK = WordPiece(list(SPECIAL_TOKENS) + ["."] + [f"w{i}" for i in range(56)])      # 64 pieces, words 7..63
 EOS = TOK.eos_id
+KIND_NAMES = {CTX: "CTX", ORIG: "ORIG", PSEUDO: "PSEUDO", SPAN: "SPAN", PAD: "PAD"}
 TINY = ["--preset", "tiny", "--n_layer", "1", "--n_embd", "32", "--n_head", "2", "--ffn_dim", "64", "--dropout", "0",
         "--vocab_size", "400", "--seq_len", "48", "--batch_size", "8", "--log_interval", "5", "--eval_batches", "2",
         "--progress", "false", "--lr", "3e-3", "--cache_dir", str(CACHE)]
@@ -80,6 +81,11 @@ def test_pretraining_examples():
         ex = obj.pretrain_example(passage, rng)
         assert ex is not None, f"a passage of {sum(map(len, passage))} tokens was skipped"
         lists_of_one_length(ex)
+        kinds = {ex.kind[r] for r in range(len(ex)) if ex.labels[r] != -100}
+        assert kinds == {ORIG}, \
+            f"the rows with a label are of kind {sorted(KIND_NAMES.get(k, k) for k in kinds)}, but the span's rows " \
+            "are the target part, kind ORIG (step t on the t-th row): a row of kind CTX is context, which every " \
+            "token sees, so the decoder would read the span there"
         flat = [t for s in passage for t in s]
         span = span_of(ex)
         where = [u for u in range(len(flat) - len(span) + 1) if flat[u:u + len(span)] == span]
@@ -90,6 +96,17 @@ def test_pretraining_examples():
             f"passage {flat}, span {span}: the context's text is {context}, but it must be the passage without " \
             "the span (the span's slots [MASK]: a kept or random token there would show the decoder its answer, " \
             "or noise the checker cannot tell from text)"
+        rows = sorted((ex.step[r], r) for r in range(len(ex)) if ex.labels[r] != -100)
+        fed = [ex.input_ids[r] for _, r in rows]
+        assert fed == [TOK.sos_id] + span[:-1], \
+            f"passage {flat}, span {span}: the span's rows hold {fed}, but they must hold the span shifted right by " \
+            f"one, {[TOK.sos_id] + span[:-1]} ([SOS] first): a row that holds the token it predicts reads its " \
+            "answer (Figure 1: the decoder's input is the span shifted right)"
+        slots = [p for p, t, k in zip(ex.position_ids, ex.input_ids, ex.kind) if k == CTX and t == TOK.mask_id]
+        at = [ex.position_ids[r] for _, r in rows]
+        assert at == slots, \
+            f"passage {flat}: the span's rows sit at positions {at}, but the row that predicts x_p sits at x_p's " \
+            f"own position, the [MASK] slot's ({slots}: text token i is at position i + 1, after [SOS])"
         assert PAD not in ex.kind and CTX in ex.kind, "an Example has a context part (CTX) and no padding (PAD)"
         shares.append(len(span) / len(flat))
         starts.add(where[0])

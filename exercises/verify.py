@@ -10,17 +10,22 @@ Every exercises/test_*.py is run by pytest twice, in subprocesses from the repos
                 must pass, and pytest's output must say "graded: the solutions, not your files"
     stub        the untouched student file (exercises/exNN_*.py, capstone_mass.py): pytest must report
                 failures, and NO test may pass (a test that passes on an empty stub grades nothing)
-Then the fixture class (exercises/class_fixture/) is graded by exercises/grade_class.py, students in isolation:
-    honest      written in other words than the key (and with the names of issue 19, item 7): every test
-                passes, nothing is flagged
-    copied_*    the answer key, the project's answer, a reference scorer, or a dynamic trick: flagged
-                ("copied" or "cannot check") and NO test passes
+Then the fixture class (tests/class_fixtures/students/) is graded by exercises/grade_class.py, students in
+isolation:
+    honest, from_hints   written in other words than the key, and from the stubs' hints alone: every test
+                         passes, nothing is flagged
+    copied_*             the answer key, the project's implementation, a library that computes the answer, the
+                         class fixtures or a grader, reached by import, attribute, getattr, sys.modules, exec,
+                         a path, ...: "copied", with the line, and NO test passes
 A grader that does neither is reported with the end of its output, and verify.py exits with status 1.
-The quick graders share one pytest process per direction and the capstone has its own (torch is imported
-four times, not eighteen), two processes at a time (CI has 2 cores); outcomes are read per grader from
-pytest's junit XML. Nothing is written into exercises/: bytecode caches are off (PYTHONDONTWRITEBYTECODE) and
-pytest's reports go to a temporary folder. The stub direction assumes untouched stubs: in a checkout where a
-student solved an exercise, its stub run "passes" and is reported.
+
+A stub solved in this checkout (it raises NotImplementedError nowhere) cannot show that its grader fails an empty
+file: verify.py says so and grades it as a solution instead (every test must pass); the rest of the check stands,
+and CI runs on a clean checkout.
+The quick graders share one pytest process per direction and the capstone has its own (torch is imported four
+times, not eighteen), two processes at a time (CI has 2 cores); outcomes are read per grader from pytest's junit
+XML. Nothing is written into exercises/: bytecode caches are off (PYTHONDONTWRITEBYTECODE) and pytest's reports
+go to a temporary folder.
 """
 import csv
 import os
@@ -36,6 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+FIXTURES = ROOT / "tests" / "class_fixtures" / "students"
 TIMEOUT = 300                 # seconds for one pytest run
 
 
@@ -86,7 +92,18 @@ def run(group, reference, tmp):
     return rc, outcomes(xml, group), output
 
 
-def judge(reference, rc, counts, output=""):
+def solved(stub):
+    """Whether exercises/<stub>.py is someone's solution rather than the stub: it raises NotImplementedError
+    nowhere (a stub raises it in every function left to write)."""
+    return "raise NotImplementedError" not in (HERE / f"{stub}.py").read_text()
+
+
+def stub_of(grader):
+    found = re.search(r'grading\.load\("(\w+)"\)', grader.read_text())
+    return found.group(1) if found else None
+
+
+def judge(reference, rc, counts, output="", is_solved=False):
     """'' if a grader's run is what the contract asks, else why not."""
     if reference and "graded: the solutions, not your files" not in output:
         return "the switch's run does not say 'graded: the solutions, not your files'"
@@ -94,14 +111,16 @@ def judge(reference, rc, counts, output=""):
         return f"pytest ended with status {rc} (2-5: interrupted, internal or usage error; -1: timed out)"
     if counts["broken"]:
         return "the grader could not be collected (an import error?)"
-    if reference:
+    if reference or is_solved:
         if counts["failed"]:
-            return "fails on the project's reference"
+            return "fails on the project's reference" if reference else \
+                f"{counts['failed']} test(s) fail on the solved stub"
         if not counts["passed"]:
-            return "passes nothing on the reference (every test skipped?)"
+            return "passes nothing (every test skipped?)"
         return ""
     if counts["passed"]:
-        return f"{counts['passed']} test(s) PASS on the untouched stub: they grade nothing"
+        return f"{counts['passed']} test(s) PASS on the stub: they grade nothing, or the stub is partly solved in " \
+               "this checkout (it still raises NotImplementedError somewhere); run verify.py in a clean checkout"
     if not counts["failed"]:
         return "nothing fails on the stub"
     return ""
@@ -109,11 +128,11 @@ def judge(reference, rc, counts, output=""):
 
 def check_class(chosen, tmp):
     """The fixture class through grade_class.py -> [(student, grader, why)] for every broken expectation."""
-    students = ["honest", "copied_key", "copied_project", "copied_routes", "copied_pasted",
-                "copied_dynamic"]
+    students = ["honest", "from_hints", "copied_key", "copied_project", "copied_routes", "copied_tricks",
+                "copied_fixture"]
     folder = Path(tmp) / "class"
     for s in students:
-        shutil.copytree(HERE / "class_fixture" / s, folder / s)
+        shutil.copytree(FIXTURES / s, folder / s)
     names = [g.stem.removeprefix("test_") for g in chosen]
     out = Path(tmp) / "class_report"
     res = subprocess.run([sys.executable, str(HERE / "grade_class.py"), str(folder), "--out", str(out),
@@ -124,15 +143,14 @@ def check_class(chosen, tmp):
     bad = []
     with open(f"{out}.csv") as f:
         for row in csv.DictReader(f):
-            who, grader = row["student"], row["exercise"]
-            if row["first failure"] == "not submitted":
-                continue                              # e.g. no honest capstone: it would train a model
+            who, grader, status = row["student"], row["exercise"], row["status"]
+            if status == "missing" or grader in ("", "TOTAL"):
+                continue                              # e.g. no copied capstone of every kind
             passed, total = int(row["passed"] or 0), int(row["total"] or 0)
-            if who == "honest" and (row["flag"] or passed != total or not total):
-                bad.append((who, grader, f"honest work: {passed}/{total} passed, flag {row['flag']!r} "
-                                         f"{row['why flagged']} {row['first failure']}"))
-            if who != "honest" and (not row["flag"] or passed):
-                bad.append((who, grader, f"copied work: {passed}/{total} passed, flag {row['flag']!r}"))
+            if not who.startswith("copied") and (status != f"passed {total}/{total}" or not total):
+                bad.append((who, grader, f"honest work: {status}: {row['detail']}"))
+            if who.startswith("copied") and (status != "copied" or passed):
+                bad.append((who, grader, f"copied work: {status}, {passed}/{total} passed: {row['detail']}"))
     return bad
 
 
@@ -144,14 +162,14 @@ def summary(counts):
 def main(argv):
     if "--list" in argv:
         for g in graders():
-            stub = re.search(r'grading\.load\("(\w+)"\)', g.read_text())
-            print(f"{g.relative_to(ROOT)}  grades  exercises/{stub.group(1) if stub else '?'}.py")
+            print(f"{g.relative_to(ROOT)}  grades  exercises/{stub_of(g) or '?'}.py")
         return 0
     chosen = [g for g in graders() if not argv or any(a in g.stem for a in argv)]
     if not chosen:
         print(f"verify.py: no grader matches {argv}; see --list", file=sys.stderr)
         return 2
     start = time.time()
+    done = {g: solved(stub_of(g)) for g in chosen}
     # pytest processes: each direction runs the capstone (it trains a model) apart from the quick graders, so
     # two workers finish together; one process per group saves importing torch eighteen times
     groups = [grp for grp in ([g for g in chosen if "capstone" in g.stem],
@@ -165,7 +183,7 @@ def main(argv):
     bad = []
     for (group, ref), (rc, counts, output) in results.items():
         for g in group:
-            why = judge(ref, rc, counts[g.stem], output)
+            why = judge(ref, rc, counts[g.stem], output, not ref and done[g])
             if why:
                 bad.append((g, ref, why, output))
     for g in chosen:
@@ -174,8 +192,8 @@ def main(argv):
             (rc, counts, _), = [r for (grp, r_ref), r in results.items() if g in grp and r_ref == ref]
             c = counts[g.stem]
             why = next((w for b, r_ref, w, _ in bad if b == g and r_ref == ref), "")
-            line.append(f"{'reference' if ref else 'stub'}: {summary(c)} ({c['seconds']:.1f} s)"
-                        f"{'  <-- ' + why if why else ''}")
+            name = "reference" if ref else "solution" if done[g] else "stub"
+            line.append(f"{name}: {summary(c)} ({c['seconds']:.1f} s){'  <-- ' + why if why else ''}")
         print("   ".join(line))
     shown = set()
     for g, ref, why, output in bad:
@@ -187,11 +205,22 @@ def main(argv):
         print(f"\n--- fixture class, {who}, {grader}: {why}")
     if not class_bad:
         print("fixture class: honest work passes unflagged, copied work is flagged and passes nothing")
+    edits = sorted({f"exercises/{stub_of(g)}.py" for g in chosen if done[g]})
+    if edits:
+        print(f"\nsolved in this checkout (they raise NotImplementedError nowhere), so graded as solutions: every "
+              f"test must pass: {', '.join(edits)}; whether their graders fail an empty stub is checked in a "
+              "clean checkout (CI)")
     elapsed = time.time() - start
     if bad or class_bad:
         print(f"\nverify.py: {len(bad)} of {2 * len(chosen)} grader runs and {len(class_bad)} fixture rows break "
               f"the contract ({elapsed:.0f} s)")
         return 1
+    if edits:
+        n = sum(not done[g] for g in chosen)
+        print(f"verify.py: {len(chosen)} grader(s) pass on the answer key and honest work and fail on copied work; "
+              f"{n} fail on the untouched stub, the other {len(chosen) - n} pass on the solution in their stub's "
+              f"place ({elapsed:.0f} s)")
+        return 0
     print(f"verify.py: {len(chosen)} grader(s) pass on the answer key and honest work, fail on the stub and on "
           f"copied work ({elapsed:.0f} s)")
     return 0

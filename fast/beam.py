@@ -1,19 +1,19 @@
-"""Beam and greedy search with no host synchronization inside the step loop, and on fast.StaticStep
-the whole step in one CUDA graph: the fast layer's twins of generate.beam_search and generate.greedy
-(the readable functions). tests/test_fast_beam.py and tests/test_fast_graph_search.py hold them
-equal on a CPU: the same hypotheses, scores and order (ties included), for all four objectives, on
-the readable cache, on fast.StaticStep (the whole-step search run eagerly) and without a cache, and
-count the host reads inside the loop; bench/check_cuda.py compares them on a GPU (generate's
-CUDA-graph path runs them).
+"""Beam and greedy search with no host synchronization inside the step loop, and on
+fast.StaticDecoder the whole step in one CUDA graph: the fast layer's twins of generate.beam_search
+and generate.greedy (the readable functions). tests/test_fast_beam.py and
+tests/test_fast_graph_search.py hold them equal on a CPU: the same hypotheses, scores and order
+(ties included), for all four objectives, on the readable cache, on fast.StaticDecoder (the
+whole-step search run eagerly) and without a cache, and count the host reads inside the loop;
+bench/check_cuda.py compares them on a GPU (generate.py's CUDA path runs them).
 
 Why: generate.beam_search decides on the host. Every step it copies the top 2K candidates to the
 CPU (.tolist()) and drops the finished sources from the batch; on a GPU each copy waits for the
 step's kernels, so the GPU idles while the CPU decides and launches the next step (bench/RESULTS.md,
-"Decoding, beam 5": with the model step in a CUDA graph, 9.22 ms a step of which the GPU was busy
+"Decoding": with the model step in a CUDA graph, 9.22 ms a step of which the GPU was busy
 5.58 ms). Here:
   - rows never leave the batch: every step reorders the beams within their own source
     (dec.reorder(index, same_sources=True)); a source that is done keeps running and is ignored, so
-    the shapes stay static and fast.StaticStep's CUDA graph serves to the end;
+    the shapes stay static and fast.StaticDecoder's CUDA graph serves to the end;
   - what the readable search reads on the host stays on the device, a few (B, K) tensors a step:
     the scores and beams of the [EOS] candidates among the top K, the live beams' backpointers and
     tokens;
@@ -23,7 +23,7 @@ step's kernels, so the GPU idles while the CPU decides and launches the next ste
     (DoneCheck), so the GPU never waits for the host; the loop may run up to
     CHECK_EVERY + CHECK_LAG - 1 steps past the last source's end, steps that change nothing.
 Removing the host's waits gained 2-4%: the ~130 small bookkeeping kernels a step launched one by
-one from Python (the bans, topk, the reorders) held the step. So on fast.StaticStep (generate's
+one from Python (the bans, topk, the reorders) held the step. So on fast.StaticDecoder (generate's
 decoder on CUDA) the whole step is one function of buffers allocated once (WholeStep): the
 history is a fixed (N, max_len) buffer and the step index a device tensor, the n-gram ban reads
 the whole buffer (static_ban, generate.ban_tokens' twin), the records go into (max_len, B, K)
@@ -33,8 +33,8 @@ asks DoneCheck. Beam search there runs on one cache row a source (GROUP_BEAMS,
 fast.StaticCache.group_beams): one row a beam read each source's keys and values K times a step
 and copied every target slot at every reorder; in one row a source the K beams' new tokens are
 K n columns of that row, each beam sees the slots its history names, and a reorder moves no keys
-(an H100's beam-5 step: 5.97 -> 2.41 ms of GPU time for unilm, bench/RESULTS.md, sixteenth
-session). WHOLE_STEP off keeps the kernel-by-kernel loop there too (bench/bench_generate.py's row,
+(an H100's beam-5 step: 5.97 -> 2.41 ms of GPU time for unilm, bench/RESULTS.md, "Decoding").
+WHOLE_STEP off keeps the kernel-by-kernel loop there too (bench/bench_generate.py's row,
 one row a beam); on the readable cache and without a cache that loop always runs.
 Left out: a graph for the readable cache or for no cache (their shapes grow every step); dropping
 the finished sources' rows (they run on, ignored, to keep the shapes); CUDA graphs for step 0 and
@@ -43,13 +43,16 @@ its own: the buffers' addresses are the batch's).
 """
 import torch
 
+import generate as G
+from fast.decoder import StaticDecoder
+
 NEG_INF = float("-inf")
 CHECK_EVERY = 4           # steps between two asks "is every source done?"
 CHECK_LAG = 2             # steps between an ask and its read: the GPU's queue never runs dry
-# on a decoder that runs fast.StaticStep, the whole step (model and bookkeeping) in one CUDA graph;
+# on fast.StaticDecoder, the whole step (model and bookkeeping) in one CUDA graph;
 # False: the model step's graph alone and the bookkeeping kernel by kernel. Its eager twin equals
 # the readable search (tests/test_fast_graph_search.py); the captured graph does on a GPU
-# (`python bench/check_cuda.py decode`, bench/RESULTS.md, eighth session)
+# (`python bench/check_cuda.py decode`)
 WHOLE_STEP = True
 # beam search on one cache row a source (fast.StaticCache.group_beams); False: one row a beam, each
 # with its own copy of the source's keys and values (bench/bench_generate.py's row before)
@@ -98,10 +101,8 @@ def beam_search(dec, K, max_len, alpha, rules):
     """generate.beam_search (its readable twin: the same arguments and the same result) with no host
     sync a step. Each step keeps the top 2K extensions per source, records the [EOS] ones among the
     top K and goes on with the best K others; every source's rows stay in the batch."""
-    if WHOLE_STEP and getattr(dec, "fast", None) is not None:
+    if WHOLE_STEP and isinstance(dec, StaticDecoder):
         return graph_beam_search(dec, K, max_len, alpha, rules)
-    # generate.py imports this package: its helpers are looked up when a search runs
-    import generate as G
     B = len(dec.src_len)
     eos = rules["eos"]
     dev = dec.src_ids.device
@@ -131,7 +132,6 @@ def choose(scores, logp, eos):
     extensions, the K best live ones): scores (B, K), logp (B * K, V) -> the live beams' new scores
     (B, K) and the step's record, each (B, K): the finished scores among the top K (-inf where no
     [EOS]), their beams, the live beams' backpointers and tokens."""
-    import generate as G
     K = scores.size(1)
     top, beam, tok, is_eos, live = G.best_extensions(scores, logp, eos)
     fin = top[:, :K].masked_fill(~is_eos[:, :K], NEG_INF)
@@ -142,7 +142,6 @@ def finished_lists(records, last_scores, K, max_len, alpha):
     """The host's part, once: the device records of every step run, (T, B, K) each: finished
     scores, their beams, the live beams' backpointers and tokens -> for each source its finished
     hypotheses, appended in generate.beam_search's order, then sorted as it sorts them (stable)."""
-    import generate as G
     fin, fin_beam, parent, token = (x.tolist() for x in records)                  # (T, B, K)
     last = last_scores.tolist()                                                    # (B, K)
 
@@ -177,9 +176,8 @@ def finished_lists(records, last_scores, K, max_len, alpha):
 def greedy(dec, max_len, alpha, rules):
     """generate.greedy (its readable twin: the same arguments and result) with no host sync a step:
     finished rows stay in the batch, the tokens and running totals are read once, after the loop."""
-    if WHOLE_STEP and getattr(dec, "fast", None) is not None:
+    if WHOLE_STEP and isinstance(dec, StaticDecoder):
         return graph_greedy(dec, max_len, alpha, rules)
-    import generate as G
     N = len(dec.src_len)
     dev = dec.src_ids.device
     total = torch.zeros(N, device=dev)
@@ -201,7 +199,6 @@ def greedy(dec, max_len, alpha, rules):
 def greedy_lists(tokens, totals, eos, max_len, alpha):
     """The host's part of greedy, once: every step's tokens and running totals (T, N) -> for each
     row [(ids, score)] as generate.greedy makes it."""
-    import generate as G
     tokens, totals = tokens.tolist(), totals.tolist()
     out = []
     for r in range(len(tokens[0])):
@@ -273,7 +270,7 @@ class StepGraph:
 
 
 class WholeStep:
-    """The state of a search on fast.StaticStep, every tensor allocated once, and its step: embed,
+    """The state of a search on fast.StaticDecoder, every tensor allocated once, and its step:
     blocks, decode_logprobs, static_ban, the choice, the records, the reorders. Nothing a step runs
     reads a Python number that changes from step to step (the step index t is a device tensor), so
     from the second step on one CUDA graph replays it (StepGraph); step 0 runs eagerly (a query
@@ -281,7 +278,6 @@ class WholeStep:
     generate.greedy (tests/test_fast_graph_search.py, tests/test_fast_beam.py)."""
 
     def __init__(self, dec, K, max_len, rules):
-        import generate as G
         self.dec, self.K, self.rules = dec, K, rules
         dev = dec.src_ids.device
         B = len(dec.src_len)
@@ -289,7 +285,7 @@ class WholeStep:
             # one cache row a source, the beams' target slots side by side: a step reads the
             # source's keys and values once, not K times (fast.StaticCache.group_beams)
             if GROUP_BEAMS:
-                dec.fast.cache.group_beams(K)
+                dec.cache.group_beams(K)
             # rows: source b, beam k -> b * K + k
             self.scores = G.start_beams(dec, K)                                   # (B, K)
             self.first = torch.arange(B, device=dev)[:, None] * K                 # (B, 1)
@@ -313,14 +309,14 @@ class WholeStep:
             self.query = torch.full((N, 1), dec.query, dtype=torch.long, device=dev)
 
     def logprobs(self, first):
-        """StaticStep.logprobs from the buffers -> (N, V): the new columns [y_{t-1}, query]
+        """StaticDecoder.logprobs from the buffers -> (N, V): the new columns [y_{t-1}, query]
         ([query] alone at t = 0) or [y_{t-1}] ([SOS] at t = 0), embedded, run, committed."""
         dec = self.dec
-        cache = dec.fast.cache
+        cache = dec.cache
         ids = self.last[:, None]                                               # (N, 1)
         if self.query is not None:
             ids = self.query if first else torch.cat([ids, self.query], dim=1)  # (N, n_new)
-        logp = dec.fast.step(dec, *dec.fast.new_columns(dec, ids))
+        logp = dec.step(*dec.new_columns(ids))
         # y_{t-1} joins the cache (on the device only: cache.n is the host's, left behind); the
         # query token is dropped
         cache.fill += ids.size(1) - (self.query is not None)
@@ -350,7 +346,7 @@ class WholeStep:
         torch.ge(self.n_finished, self.K, out=self.done)
         # the cache and the history follow the live beams; each row stays with its source
         index = (self.first + live_beam).flatten()
-        self.dec.fast.cache.reorder(index, same_sources=True, static=True)
+        self.dec.cache.reorder(index, same_sources=True, static=True)
         self.hist.copy_(self.hist.index_select(0, index))
         self.append(live_tok.flatten())
 
@@ -382,17 +378,17 @@ class WholeStep:
 
 
 def graph_beam_search(dec, K, max_len, alpha, rules):
-    """fast.beam_search on a decoder that runs fast.StaticStep: the whole step in one CUDA graph
-    where dec.fast.graphed (its eager twin elsewhere). Twin: generate.beam_search."""
+    """fast.beam_search on a decoder that runs fast.StaticDecoder: the whole step in one CUDA graph
+    where dec.graphed (its eager twin elsewhere). Twin: generate.beam_search."""
     search = WholeStep(dec, K, max_len, rules)
-    T = search.run(max_len, dec.fast.graphed)
+    T = search.run(max_len, dec.graphed)
     return finished_lists([r[:T] for r in search.records], search.scores, K, max_len, alpha)
 
 
 def graph_greedy(dec, max_len, alpha, rules):
-    """fast.greedy on a decoder that runs fast.StaticStep, as graph_beam_search. Twin:
+    """fast.greedy on a decoder that runs fast.StaticDecoder, as graph_beam_search. Twin:
     generate.greedy."""
     search = WholeStep(dec, 0, max_len, rules)
-    T = search.run(max_len, dec.fast.graphed)
+    T = search.run(max_len, dec.graphed)
     tokens, totals = (r[:T] for r in search.records)
     return greedy_lists(tokens, totals, rules["eos"], max_len, alpha)

@@ -5,7 +5,7 @@ fast.use_triton_additive(model)). It equals the readable model.additive_scores,
 
     e[b, t, j] = sum_k w[k] * tanh(hm[b, j, k] + ws[b, t, k])     hm (B, S, d), ws (B, T, d), w (d,)
 
-in values and in the gradients of hm, ws and w (bench/check_triton_additive.py: on a CPU through
+in values and in the gradients of hm, ws and w (bench/check_triton.py additive: on a CPU through
 Triton's interpreter, TRITON_INTERPRET=1, against float64; bench/check_cuda.py on a GPU at base
 size, fp32 and bf16 inputs). Why a kernel: the compiled function (fast.compiled_additive_scores)
 reads the d-vectors of hm and ws once per (t, j) pair, some 4 GB a step at PALM's training shape;
@@ -41,12 +41,12 @@ import triton.language as tl
 
 TWO_LOG2E = tl.constexpr(2 * 1.4426950408889634)     # 2 log2(e): e^{2x} = exp2(2 log2(e) x)
 # (BT, BS, BK, warps) of each kernel: a (BT, BS, BK) fp32 tile a program, 16K elements on 8 warps,
-# 64 a thread. Built for sm_90 on a CPU (python bench/check_triton_additive.py --build): at most
-# 128 registers a thread, no stack (no spill), no shuffle inside the loops. Timed on an H200 at PALM's
-# training shape (bench/profile_step.py --part copy, bench/RESULTS.md): 2.62 ms forward + backward,
+# 64 a thread. Built for sm_90 on a CPU (python bench/check_triton.py additive --build): at most
+# 128 registers a thread, no stack (no spill), no shuffle inside the loops. Timed on an H200 at
+# PALM's training shape (bench/RESULTS.md, training throughput): 2.62 ms forward + backward,
 # against 2.05 ms for (16, 16, 32) on 4 warps and 12.16 ms for the compiled function. A whole PALM
-# step (bench/bench_train.py, twelfth session): 45.9 ms against 56.2 ms compiled, so fast.speed_up
-# uses these kernels for training; the tiles stay as first chosen (the other shape is untimed there).
+# step (bench/bench_train.py, H200): 45.9 ms against 56.2 ms compiled, so fast.speed_up uses these
+# kernels for training; the tiles stay as first chosen (the other shape is untimed there).
 FORWARD = (32, 32, 16, 8)
 BACKWARD_WS = (32, 32, 16, 8)    # program per (b, T tile, K chunk), over the S tiles
 BACKWARD_HM = (32, 32, 16, 8)    # program per (b, S tile, K chunk), over the T tiles
@@ -54,7 +54,7 @@ BACKWARD_HM = (32, 32, 16, 8)    # program per (b, S tile, K chunk), over the T 
 # "exp2", 1 - 2 / (exp2(2 x log2(e)) + 1), two of the GPU's special-function instructions (exp2 and
 # a reciprocal), fp32-exact to ~1e-7, and what the interpreter runs; "approx", PTX tanh.approx.f32
 # (sm_75 and later, GPU only): one instruction, relative error up to 2^-11, as much as bf16
-# inputs' rounding, so for bf16 training only (bench/check_triton_additive.py checks it there).
+# inputs' rounding, so for bf16 training only (bench/check_triton.py additive checks it there).
 TANH = "exp2"
 
 
@@ -241,5 +241,5 @@ additive_scores_op.register_autograd(_backward, setup_context=_setup_context)
 
 def additive_scores(hm, ws, w):
     """PALM's Eq. 3 scores e (B, T, S) fp32 = w . tanh(hm_j + ws_t), hm (B, S, d), ws (B, T, d),
-    w (d,). Twin: model.additive_scores (bench/check_triton_additive.py; bench/check_cuda.py)."""
+    w (d,). Twin: model.additive_scores (bench/check_triton.py additive; bench/check_cuda.py)."""
     return additive_scores_op(hm, ws, w)

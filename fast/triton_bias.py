@@ -55,8 +55,7 @@ LOG2E = 1.4426950408889634     # log2(e): the kernels use exp2
 # (query rows, key columns, warps, stages) of each kernel's tiles, multiples of TILE. Chosen so that
 # the sm_90 build keeps (nearly) everything in registers (built on a CPU with triton's ptxas: at
 # most 8 bytes of stack a thread, bf16): the bias gather holds a 64-bit address per score, and
-# 128 x 64 tiles on 4 warps spilled 2 KB a thread. Not yet timed against other shapes on a GPU
-# (bench/profile_step.py --part triton times four).
+# 128 x 64 tiles on 4 warps spilled 2 KB a thread. Not timed against other shapes on a GPU.
 FORWARD = (128, 32, 8, 2)
 BACKWARD_KV = (32, 128, 8, 2)
 BACKWARD_Q = (128, 32, 8, 2)
@@ -80,7 +79,7 @@ PAD = tl.constexpr(masks.PAD)
 
 
 class Inputs(NamedTuple):
-    """The mask and the bias of one batch, as the kernels read them; fast.encode_flex hands this to
+    """The mask and the bias of one batch, as the kernels read them; fast.describe_flex hands it to
     every block in place of a mask (its attend is the attention call)."""
     table: torch.Tensor            # (num_buckets, H) the learned bias table (a zero row: no bias)
     distance_bucket: torch.Tensor  # (2P - 1,) int32, the bucket of each distance -(P-1) .. P-1
@@ -539,13 +538,3 @@ def attention(q, k, v, inp: Inputs):
     o, _ = bias_attention(q, k, v, inp.table, inp.distance_bucket, inp.bucket_bounds,
                           inp.position_ids, inp.kind, inp.step, inp.passage, inp.tiles)
     return o
-
-
-def encode(model, x, position_ids, spec):
-    """Transformer.encode with this kernel in every block: x (B, L, d), position_ids (B, L), spec
-    a masks.MaskSpec -> final states (B, L, d). The Inputs go to each block as its mask (fast.flex
-    calls their attend). Twin: Transformer.encode on the naive path (bench/check_triton.py)."""
-    inp = inputs(model, position_ids, spec)
-    for block in model.blocks:
-        x = block(x, inp, None)
-    return model.ln_f(x)

@@ -335,9 +335,11 @@ class Objective:
         queries = [cell(r) for r in guess if kind[r] != CTX]
         right = sum(guess[r] == int(labels[r]) for r in guess)
         lines = [f"  fills [prediction|answer], {right}/{len(guess)} right:",
-                 "  " + " ".join(context[:n_tokens])]
+                 "  the text, its masked slots filled: " + " ".join(context[:n_tokens])]
         if queries:
-            lines.append("  queries: " + " ".join(queries[:n_tokens // 2]))
+            # [P] (UniLMv2), [ATTN] (ERNIE-GEN) or the continuation's own rows (PALM)
+            name = f"the {self.query_token} rows" if self.query_token else "the continuation"
+            lines.append(f"  {name}: " + " ".join(queries[:n_tokens // 2]))
         return "\n".join(lines)
 
 
@@ -403,9 +405,12 @@ def lm_loss(model, h, labels, label_smoothing=0.0, n=None):
     if n is None:
         rows = sel.nonzero().squeeze(1)
     else:
+        # n above the labelled count (the fast layer's fixed shapes): the spare indices are -1, the
+        # last row, which must then be padding: its label -100 is ignored below
         if not labels.is_cuda:
             # where checking costs nothing (the tests run here), check the count
-            assert n == int(sel.sum()), f"lm_loss: n={n} rows given, {int(sel.sum())} labelled"
+            count = int(sel.sum())
+            assert n == count or (n > count and not sel[-1]), f"lm_loss: n={n}, {count} labelled"
         rows = torch.nonzero_static(sel, size=n).squeeze(1)           # no wait for the GPU
     if rows.numel() == 0:
         # keeps the graph: DDP wants every parameter to get a gradient
@@ -414,7 +419,8 @@ def lm_loss(model, h, labels, label_smoothing=0.0, n=None):
     logits = model.lm_logits(h.reshape(-1, h.size(-1))[rows]).float()     # (N, V)
     labels = labels.flatten()[rows]
     loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
-    acc = (logits.argmax(-1) == labels).float().mean()
+    labelled = labels != -100
+    acc = ((logits.argmax(-1) == labels) & labelled).sum() / labelled.sum()
     return loss, acc.detach()
 
 

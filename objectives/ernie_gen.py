@@ -139,8 +139,8 @@ def load_span_vocab(path, tokenizer):
 def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
     """The multi-flow attention of 3.3 the way the paper writes it: each flow its own attention,
     per layer (Eq. 2-4, masks of Eq. 6 written from the equations, not from masks.multi_flow),
-    for ONE example (1-D tensors, no padding) with the model's own pre-LN blocks -> the final
-    states of X = [S'; T'], A_W and A_S (empty without a span flow). Slow, for reading and
+    for ONE example (1-D tensors, no padding) with the model's own blocks (pre- or post-LN) -> the
+    final states of X = [S'; T'], A_W and A_S (empty without a span flow). Slow, for reading and
     checking: no dropout, no relative bias (ERNIE-GEN uses none)."""
     if model.rel_bias is not None:
         raise ValueError("separate_flows: the model has a relative position bias, "
@@ -166,14 +166,19 @@ def separate_flows(model, input_ids, position_ids, segment_ids, kind, step):
         """One layer: queries from q_in, keys/values from kv_in (mask: True = attend)."""
         C = q_in.size(-1)
         H = model.config.n_head
-        q = blk.attn.qkv(blk.ln1(q_in)).split(C, -1)[0]
-        _, k, v = blk.attn.qkv(blk.ln1(kv_in)).split(C, -1)
+        # pre-LN normalises a block's input; post-LN (BERT's) its sums
+        norm = (lambda t: t) if blk.post_ln else blk.ln1
+        q = blk.attn.qkv(norm(q_in)).split(C, -1)[0]
+        _, k, v = blk.attn.qkv(norm(kv_in)).split(C, -1)
         heads = lambda t: t.view(-1, H, C // H).transpose(0, 1)                 # (H, L, D)
         # QK^T / sqrt(d_k)
         scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(C // H)
         # softmax(QK^T / sqrt(d_k) + M)
         w = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (w @ heads(v)).transpose(0, 1).reshape(-1, C)
+        if blk.post_ln:
+            x = blk.ln1(q_in + blk.attn.proj(y))
+            return blk.ln2(x + blk.ffn(x))
         x = q_in + blk.attn.proj(y)
         return x + blk.ffn(blk.ln2(x))
 

@@ -36,7 +36,7 @@ def blockwise_masking(runs, rng, mask_prob=0.15, block_prob=0.4, max_block=6):
     if not positions:
         return None
     run_end = {p: e for s, e in runs for p in range(s, e)}
-    # "until sum |M_j| >= 0.15 |x|", in integers (0.15 * 100 is 15.000000000000002 in floats)
+    # "until sum |M_j| >= 0.15 |x|", in integers (0.55 * 100 is 55.00000000000001 in floats)
     goal = math.ceil(mask_prob * len(positions) - 1e-9)
     blocks = []
     masked = set()

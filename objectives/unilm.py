@@ -190,7 +190,9 @@ class UniLMObjective(Objective):
             loss_nsp = F.cross_entropy(nsp_logits, batch.extras["nsp_labels"])
             loss = loss + loss_nsp
             metrics["loss_nsp"] = loss_nsp.detach()
-            nsp_correct = nsp_logits.argmax(-1) == batch.extras["nsp_labels"]
-            metrics["acc_nsp"] = nsp_correct.float().mean()
+            # over the examples: a padding row (the fast layer's fixed shapes) has label -100
+            nsp_labels = batch.extras["nsp_labels"]
+            nsp_correct = (nsp_logits.argmax(-1) == nsp_labels) & (nsp_labels != -100)
+            metrics["acc_nsp"] = nsp_correct.sum() / (nsp_labels != -100).sum()
         metrics["loss"] = loss.detach()
         return loss, metrics

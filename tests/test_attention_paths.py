@@ -1,6 +1,7 @@
 """One truth per mask, three attention paths: the dense mask, FlexAttention's mask_mod and block mask, and the
-relative bias as a score_mod (the GPU speed layer, fast/) all compute what the naive path computes (forward here on the CPU; values AND
-gradients on a GPU in bench/check_cuda.py, since FlexAttention has no backward on a CPU)."""
+relative bias as a score_mod (the GPU speed layer, fast/) all compute what the naive path computes, in both block
+layouts (forward here on the CPU; values AND gradients on a GPU in bench/check_cuda.py, since FlexAttention has no
+backward on a CPU)."""
 import random
 
 import pytest
@@ -37,13 +38,15 @@ def test_mask_mod_is_the_dense_rule_cell_by_cell(tok, passages, pairs, name, tas
     assert torch.equal(cells, dense | pad_rows)
 
 
+@pytest.mark.parametrize("post_ln", [False, True], ids=["pre-LN", "post-LN"])
 @pytest.mark.parametrize("name,task", TASKS)
-def test_flex_and_sdpa_equal_naive_forward(tok, passages, pairs, name, task):
+def test_flex_and_sdpa_equal_naive_forward(tok, passages, pairs, name, task, post_ln):
     batch = batch_of(name, task, tok, passages, pairs)
     rel = 32 if name == "pmlm" else 0
     outs = {}
     for impl in ("naive", "sdpa", "flex"):
-        model = tiny_model(len(tok), rel_pos_buckets=rel, attn_impl=impl, copy_head=name == "palm")
+        model = tiny_model(len(tok), rel_pos_buckets=rel, attn_impl=impl, copy_head=name == "palm",
+                           post_ln=post_ln)
         with torch.no_grad():
             h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.mask)
         outs[impl] = h[batch.kind != PAD]                  # padding rows may differ; they carry no loss

@@ -1,12 +1,18 @@
-"""data.py: the embedded corpus, sentence splitting, passages, user files and their errors, caches, batches.
+"""data.py: the embedded corpus, sentence splitting, passages, user files and their errors, caches (streamed,
+memory-mapped: equal to the lists they replace), batches and the shards of a step.
 
 The whole-stdlib extraction runs once (module fixture, in a temp folder); everything else uses small
 synthetic corpora in tmp_path.
 """
+import functools
+import io
 import itertools
 import json
+import pickle
 import random
+import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,13 +244,15 @@ def test_prepare_pretrain_caches_and_rebuilds(tmp_path):
     assert all(0 < sum(map(len, p)) <= 20 and all(p) for p in splits["train"])
     assert np.load(next(cache.glob("pretrain-*/train.tokens.npy"))).dtype == np.uint16
     # the train tokens are the train documents' sentences, in order
-    train_docs, _ = data._split_documents(data.read_documents(corpus), 0.1, "")
-    expected = [t for d in train_docs for s in data.split_sentences(d.text) for t in tok.encode(s)]
+    docs = data.read_documents(corpus)
+    is_valid = data._held_out(docs, 0.1, "")
+    expected = [t for d in docs if not is_valid(d.name) for s in data.split_sentences(d.text) for t in tok.encode(s)]
     assert [t for p in splits["train"] for s in p for t in s] == expected
 
     tok2, splits2, info2 = data.prepare_pretrain(corpus, vocab_size=120, cache_dir=cache, max_tokens=20,
                                                  valid_frac=0.1, progress=False)
-    assert info2["cache"] == "hit" and info2["vocab"] == "hit" and splits2 == splits
+    assert info2["cache"] == "hit" and info2["vocab"] == "hit"
+    assert {k: list(v) for k, v in splits2.items()} == {k: list(v) for k, v in splits.items()}
     assert tok2.fingerprint() == tok.fingerprint()
     _, splits3, info3 = data.prepare_pretrain(corpus, vocab_size=120, cache_dir=cache, max_tokens=35,
                                               valid_frac=0.1, progress=False)
@@ -287,9 +295,14 @@ def test_prepare_pretrain_valid_split(tmp_path):
     with pytest.raises(data.DataError, match="only 1 document"):
         data.prepare_pretrain(docs[:1], cache_dir=tmp_path, tokenizer=tok, progress=False)
     big = [data.Document(f"n{i}", "x y z. " * 3) for i in range(2000)]
-    train, valid = data._split_documents(big, 0.05, "")
-    assert 50 < len(valid) < 150 and len(train) + len(valid) == 2000
-    assert data._split_documents(big, 0.05, "") == (train, valid)
+    is_valid = data._held_out(big, 0.05, "")
+    valid = [d.name for d in big if is_valid(d.name)]
+    assert 50 < len(valid) < 150
+    assert [d.name for d in big if data._held_out(big, 0.05, "")(d.name)] == valid
+    # a large corpus is read only up to its first held-out document
+    read = []
+    data._held_out((read.append(d) or d for d in big), 0.05, "")
+    assert len(read) == 1 + min(i for i, d in enumerate(big) if d.name in valid)
 
 
 def test_prepare_seq2seq_siblings_and_cache(tmp_path):
@@ -367,6 +380,131 @@ def test_batch_at_is_random_access_into_the_endless_stream():
 def test_step_batches_refuse_too_few_examples_before_any_worker_starts():
     """train.py's stream says it at once, in the trainer's process (a DataLoader worker's error
     would come back as a traceback), naming the flag to change."""
-    with pytest.raises(data.UsageError, match=r"3 training examples are too few for --batch_size 8 "
-                                              r"on 2 process\(es\)"):
+    with pytest.raises(data.UsageError, match=r"3 training examples are too few for --batch_size 8$"):
         data.StepBatches(None, list(range(3)), 8, 1, 0, 10, rank=0, world=2)
+
+
+# ----------------------------------------------------------------------------- streamed, memory-mapped
+
+def whole_file_documents(path, one_per_line=False):
+    """The reference reader: the file read whole, then cut at blank lines (or lines)."""
+    text = path.read_bytes().decode("utf-8").removeprefix("\ufeff").replace("\r\n", "\n")
+    chunks = data.split_lines(text) if one_per_line else re.split(r"\n\s*\n", text)
+    return [data.Document(f"{path.name}#{i}", c.strip()) for i, c in enumerate(c for c in chunks if c.strip())]
+
+
+@pytest.mark.parametrize("one_per_line", [False, True])
+def test_documents_stream_a_line_at_a_time_as_a_whole_file_would_split(tmp_path, one_per_line):
+    path = tmp_path / "odd.txt"
+    path.write_bytes("\ufeff\n \nFirst doc,\r\nline two.\r\n\r\n\t\n\u2028\nSecond\u2028doc.\n  \n\n  Third\n".encode()
+                     + "caf\u00e9 last".encode())
+    assert data.read_documents(path, one_per_line) == whole_file_documents(path, one_per_line)
+    assert list(data.iter_documents(path, one_per_line)) == whole_file_documents(path, one_per_line)
+
+
+def cache_as_lists(docs, is_valid, tok, max_tokens):
+    """The reference: every split's sentences tokenized whole into lists, saved by np.save, and its
+    passages packed by make_passages."""
+    files, passages = {}, {}
+    for split in ("train", "valid"):
+        mine = [d for d in docs if is_valid(d.name) == (split == "valid")]
+        per_doc = [[ids for ids in map(tok.encode, data.split_sentences(d.text)) if ids] for d in mine]
+        sentences = [s for doc in per_doc for s in doc]
+        arrays = {"tokens": np.array([t for s in sentences for t in s], np.uint16),
+                  "sent_offsets": np.cumsum([0] + [len(s) for s in sentences], dtype=np.int64),
+                  "doc_offsets": np.cumsum([0] + [len(doc) for doc in per_doc], dtype=np.int64)}
+        for name, arr in arrays.items():
+            buffer = io.BytesIO()
+            np.save(buffer, arr)
+            files[f"{split}.{name}.npy"] = buffer.getvalue()
+        passages[split] = [p for doc in per_doc for p in data.make_passages(doc, max_tokens)]
+    return files, passages
+
+
+def test_the_memory_mapped_cache_equals_the_lists_it_replaces(tmp_path, monkeypatch):
+    """Built streaming, a job of documents at a time on every core (64-character jobs: many in
+    flight, handed back in order), the cache holds the bytes np.save writes for whole arrays, and
+    the memory-mapped passages equal make_passages' lists, also in a DataLoader's workers."""
+    corpus = synthetic_corpus(tmp_path / "corpus", n_docs=60)
+    (corpus / "long.txt").write_text("A sentence far longer than the budget of passages " * 6 + ".\n")
+    docs = data.read_documents(corpus)
+    tok = WordPiece.train([d.text for d in docs], vocab_size=120)
+    monkeypatch.setattr(data, "_JOB_CHARS", 64)
+    _, splits, info = data.prepare_pretrain(corpus, cache_dir=tmp_path / "cache", max_tokens=20, valid_frac=0.1,
+                                            tokenizer=tok, progress=False)
+    files, passages = cache_as_lists(docs, data._held_out(docs, 0.1, ""), tok, 20)
+    folder = Path(info["cache_path"])
+    assert {name: (folder / name).read_bytes() for name in files} == files
+    assert not list(folder.glob("*.tmp"))
+    for split in ("train", "valid"):
+        assert isinstance(splits[split], data.Passages) and len(splits[split]) == len(passages[split]) > 0
+        assert list(splits[split]) == passages[split]
+    train = splits["train"]
+    assert train[-1] == passages["train"][-1] and train[2:5] == passages["train"][2:5]
+    with pytest.raises(IndexError):
+        train[len(train)]
+    # a process it is sent to maps the files again: the pickle holds where they are, not the tokens
+    assert len(pickle.dumps(train)) < 500 and list(pickle.loads(pickle.dumps(train))) == passages["train"]
+    recorder = Recorder()
+    in_process = list(data.batch_loader(data.StepBatches(recorder, train, 4, 2, 0, 6)))
+    in_workers = list(data.batch_loader(data.StepBatches(recorder, train, 4, 2, 0, 6), workers=2))
+    as_lists = list(data.batch_loader(data.StepBatches(recorder, passages["train"], 4, 2, 0, 6)))
+    assert in_workers == in_process == as_lists
+
+
+class Recorder:
+    """An objective's stand-in: a 'batch' is the examples it is given and the first draw of its rng."""
+    skipped = {}
+
+    def set_step(self, step, total_steps):
+        pass
+
+    def make_batch(self, examples, rng):
+        return examples, rng.random()
+
+
+@functools.lru_cache(maxsize=None)
+def rank_order_as_lists(n, seed, epoch, rank, world_size):
+    order = list(range(n))
+    random.Random(f"batches:{seed}:{epoch}").shuffle(order)
+    per_rank = n // world_size
+    return [order[i % n] for i in range(rank, per_rank * world_size, world_size)]
+
+
+def test_one_process_draws_the_batches_the_list_stream_drew():
+    """The reference: batch_at over a list order, and one process's step s built from batches
+    s * grad_accum + m seeded "seed:0:s:m": the stream of StepBatches, the arrays' and the main job's."""
+    examples = list(range(103))
+    for rank, world in ((0, 1), (1, 2), (2, 3)):
+        for g in range(0, 40, 3):
+            per_epoch = 103 // world // 8
+            mine = rank_order_as_lists(103, 3, g // per_epoch, rank, world)
+            b = g % per_epoch
+            assert data.batch_at(examples, 8, 3, g, rank, world) == [examples[i] for i in mine[b * 8:(b + 1) * 8]]
+    stream = data.StepBatches(Recorder(), examples, 8, 3, 5, 100)
+    for step in (0, 4, 9):
+        expected = [(data.batch_at(examples, 8, 5, step * 3 + m), random.Random(f"5:0:{step}:{m}").random())
+                    for m in range(3)]
+        assert stream.build(step) == expected
+
+
+def shards_of(examples, world, grad_accum, steps):
+    """{shard number: its batch} of every process's micro-steps of `steps`."""
+    built = {}
+    for rank in range(world):
+        stream = data.StepBatches(Recorder(), examples, 4, grad_accum, 7, 100, rank, world)
+        for step in steps:
+            for micro, batch in enumerate(stream.build(step)):
+                built[stream.shard(step, micro)] = batch
+    return built
+
+
+def test_a_step_is_the_same_shards_on_any_number_of_processes():
+    """grad_accum * world shards a step: 1 x 4, 2 x 2 and 4 x 1 build the same shards (examples and
+    randomness), each once; steps 0-7 are the stream's batches 0-31, across epochs (12 an epoch)."""
+    examples = list(range(50))
+    one = shards_of(examples, 1, 4, range(8))
+    assert sorted(one) == list(range(32))
+    assert shards_of(examples, 2, 2, range(8)) == one == shards_of(examples, 4, 1, range(8))
+    positions = [data.StepBatches(Recorder(), examples, 4, 4 // w, 7, 100, 0, w).position(5) for w in (1, 2, 4)]
+    assert positions == [{"epoch": 1, "index": 8}] * 3

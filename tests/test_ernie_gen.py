@@ -15,7 +15,7 @@ from objectives.masks import CTX, ORIG, PSEUDO, SPAN
 from tests.helpers import input_gradients, tiny_model
 from tokenizer import SPECIAL_TOKENS, WordPiece
 
-WORDS = ["a", "b", "c", "d", "e", "f", "g", "h", "new", "york", "is", "big", "to", "##day", "city"]
+WORDS = ["a", "b", "c", "d", "e", "f", "g", "h", "new", "york", "is", "big", "to", "##night", "city"]
 
 
 @pytest.fixture(scope="module")
@@ -162,14 +162,16 @@ def test_no_leakage_by_autograd(tok, passages, impl):
     assert n_checked >= 30
 
 
+@pytest.mark.parametrize("post_ln", [False, True], ids=["pre-LN", "post-LN"])
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])
-def test_one_sequence_equals_separate_flows(tok, passages, impl):
-    """Eq. 5: [X; A_W; A_S] with one mask and one attention call per layer == the three flows computed apart."""
+def test_one_sequence_equals_separate_flows(tok, passages, impl, post_ln):
+    """Eq. 5: [X; A_W; A_S] with one mask and one attention call per layer == the three flows computed apart, in
+    both block layouts."""
     data = passages["train"][:3]
     obj = get_objective("ernie_gen", tok, rho_p=0.3, span_vocab=build_span_vocab(data, tok, min_t=0, progress=False))
     examples = [obj.pretrain_example(p, random.Random(i)) for i, p in enumerate(data)]
     batch = obj.collate(examples)
-    model = tiny_model(len(tok), n_layer=3, attn_impl=impl)
+    model = tiny_model(len(tok), n_layer=3, attn_impl=impl, post_ln=post_ln)
     with torch.no_grad():
         h = model(batch.input_ids, batch.position_ids, batch.segment_ids, batch.attn_mask)
         for b, ex in enumerate(examples):
@@ -280,7 +282,7 @@ def test_spans_are_cut_in_the_noised_target(toy):
     w = lambda text: tuple((i,) for i in ids(toy, text))
     vocab = SpanVocab([w(f"{x} {y}") for x in "ab" for y in "ab"])     # every bigram of a and b
     clean = ids(toy, " ".join("efgh"[k % 4] for k in range(160)))     # no a, no b: clean spans are single words
-    cont = frozenset(ids(toy, "today")[1:])                            # ##day: a noised one joins its word
+    cont = frozenset(ids(toy, "tonight")[1:])                          # ##night: a noised one joins its word
     n_long = 0
     pre = get_objective("ernie_gen", toy, rho_p=1.0, span_vocab=vocab)
     batch = pre.make_batch([[clean]] * 12, random.Random(0))
@@ -293,7 +295,7 @@ def test_spans_are_cut_in_the_noised_target(toy):
             f0 += len(run)
         assert starts == [s + 1 for s, e in want for _ in range(s, e)]
         n_long += sum(e - s > 1 for s, e in want)
-    assert n_long >= 5                                       # bigrams of the noise (and ##day joining words)
+    assert n_long >= 5                                       # bigrams of the noise (and ##night joining words)
     # fine-tuning with the span flow: spans cut in T' without its last token, which is a span of its own
     ft = get_objective("ernie_gen", toy, task="seq2seq", rho_f=1.0, lam_finetune=0.5, span_vocab=vocab)
     batch = ft.make_batch([(clean[:10], clean[:60])] * 8, random.Random(0))
@@ -315,20 +317,20 @@ def test_default_rates_and_lambda(toy):
 
 # --- 3.3 span vocabulary ---------------------------------------------------------------------------------------
 
-TOY_CORPUS = ["new york is big today", "new york is a city", "a city is big", "today new york"]
+TOY_CORPUS = ["new york is big tonight", "new york is a city", "a city is big", "tonight new york"]
 
 
 def test_t_statistic_by_hand(toy, tmp_path):
-    # words (today = "to ##day" is ONE word): new 3, york 3, is 3, big 2, today 2, a 2, city 2   -> N1 = 17
-    # bigrams (within sentences): new york 3, york is 2, is big 2, a city 2, big today 1, is a 1, city is 1,
-    #   today new 1                                                                              -> N2 = 13
+    # words (tonight = "to ##night" is ONE word): new 3, york 3, is 3, big 2, tonight 2, a 2, city 2 -> N1 = 17
+    # bigrams (within sentences): new york 3, york is 2, is big 2, a city 2, big tonight 1, is a 1, city is 1,
+    #   tonight new 1                                                                            -> N2 = 13
     # t(new york) = (3/13 - (3/17)^2) / sqrt((3/13)(10/13) / 13) = (0.230769 - 0.031142) / 0.116855 = 1.70834
     # t(a city)   = (2/13 - (2/17)^2) / sqrt((2/13)(11/13) / 13) = (0.153846 - 0.013841) / 0.100068 = 1.39910
     # t(is big)   = (2/13 - 6/289) / 0.100068 = 1.32994;   t(york is) = (2/13 - 9/289) / 0.100068 = 1.22621
-    # t(big today) = (1/13 - 4/289) / sqrt((1/13)(12/13) / 13) = 0.063082 / 0.073905 = 0.85356
+    # t(big tonight) = (1/13 - 4/289) / sqrt((1/13)(12/13) / 13) = 0.063082 / 0.073905 = 0.85356
     # trigrams: new york is 2, the 5 others once -> N3 = 9
     # t(new york is) = (2/9 - 27/4913) / sqrt((2/9)(7/9) / 9) = 0.216727 / 0.138580 = 1.56391
-    # t(is big today) = (1/9 - 12/4913) / sqrt((1/9)(8/9) / 9) = 1.03734; t(york is big) = 1.02568
+    # t(is big tonight) = (1/9 - 12/4913) / sqrt((1/9)(8/9) / 9) = 1.03734; t(york is big) = 1.02568
     assert t_statistic(3, 13, (3 / 17) ** 2) == pytest.approx(1.70834, abs=1e-4)
     assert t_statistic(2, 13, 4 / 289) == pytest.approx(1.39910, abs=1e-4)
     assert t_statistic(1, 13, 4 / 289) == pytest.approx(0.85356, abs=1e-4)
@@ -346,9 +348,9 @@ def test_t_statistic_by_hand(toy, tmp_path):
     # the threshold: at min_t = 1.5 only new york (1.708) and new york is (1.564) are significant
     strict = build_span_vocab(TOY_CORPUS, toy, n_bigrams=3, n_trigrams=1, min_t=1.5, progress=False)
     assert strict.ngrams == {w("new york"), w("new york is")}
-    # a word = its pieces: "big today" is a bigram of two words, the second one "to ##day"
+    # a word = its pieces: "big tonight" is a bigram of two words, the second one "to ##night"
     every = build_span_vocab(TOY_CORPUS, toy, min_t=0.0, progress=False)
-    assert ((ids(toy, "big")[0],), tuple(ids(toy, "today"))) in every.ngrams
+    assert ((ids(toy, "big")[0],), tuple(ids(toy, "tonight"))) in every.ngrams
     # the cache is read back (same tokenizer and settings), even with an empty corpus, and also by path
     assert build_span_vocab([], toy, n_bigrams=3, n_trigrams=1, min_t=1.0, cache_path=str(cache)).ngrams == vocab.ngrams
     assert load_span_vocab(str(cache), toy).ngrams == vocab.ngrams
@@ -359,9 +361,9 @@ def test_greedy_segmentation_by_hand(toy):
     w = lambda text: tuple((i,) for i in ids(toy, text))
     vocab = SpanVocab([w("new york is"), w("new york"), w("is big"), w("a city")])
     obj = get_objective("ernie_gen", toy, span_vocab=vocab)
-    sentence = ids(toy, "new york is big today a city")      # pieces: new york is big to ##day a city
+    sentence = ids(toy, "new york is big tonight a city")    # pieces: new york is big to ##night a city
     assert len(sentence) == 8
-    # trigram "new york is" first, so "is big" is not reachable; "today" is one word of two pieces
+    # trigram "new york is" first, so "is big" is not reachable; "tonight" is one word of two pieces
     assert obj.spans(sentence) == [(0, 3), (3, 4), (4, 6), (6, 8)]
     assert vocab.segment([tuple(sentence[a:b]) for a, b in word_ranges(sentence, obj.continuation)]) == [3, 1, 1, 2]
     # without a vocabulary every word is a span (and word pieces stay together)
@@ -407,7 +409,7 @@ def test_determinism(tok, passages, pairs):
 
 def test_bad_input_is_skipped_or_truncated(toy):
     obj = get_objective("ernie_gen", toy, max_len=12)
-    batch = obj.make_batch([[], [ids(toy, "a")], [ids(toy, "today")]], random.Random(0))
+    batch = obj.make_batch([[], [ids(toy, "a")], [ids(toy, "tonight")]], random.Random(0))
     assert obj.skipped == {"passage too short for a fragment (needs two words)": 3}
     model = tiny_model(len(toy))
     loss, metrics = obj.loss(model, batch)                   # nothing to predict: zero loss, no crash

@@ -1,6 +1,6 @@
 """The GPU speed layer (fast/) equals the readable code it stands in for, wherever a piece can run on a CPU:
 BucketBias against RelativePositionBias.lookup (values, gradients, float64 gradcheck), the speed_up switch, and the
-static-shape decoding step (fast.StaticStep, what a CUDA graph replays) against the readable KV cache and against
+static-shape decoder (fast.StaticDecoder, whose step a CUDA graph replays) against the readable KV cache and against
 recomputation: the same tokens and scores for all four objectives, greedy and beam, while rows leave the batch.
 FlexAttention is held to the naive path in tests/test_attention_paths.py (forward: it has no backward on a CPU);
 compiled blocks, the compiled copy scores and real CUDA graphs only in bench/check_cuda.py on a GPU."""
@@ -110,7 +110,7 @@ def test_fast_copy_scores_without_triton_is_the_compiled_function(monkeypatch):
 def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkeypatch):
     """train.py compiles the blocks for any shape (dynamic=True): the count of rows changes with packing and
     with the examples an objective skips, and compiling once per shape ran the study's ERNIE-GEN pre-training
-    4x slower (bench/RESULTS.md, seventh session). One graph serves every (rows, width), with the eager
+    4x slower (bench/RESULTS.md, the study). One graph serves every (rows, width), with the eager
     block's values (gradients: bench/check_cuda.py)."""
     import train
     from torch._dynamo.utils import counters
@@ -140,7 +140,7 @@ def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkey
 
 def test_compiled_block_stays_one_graph_under_ddp(monkeypatch, tmp_path):
     """Under DDP, dynamo's DDPOptimizer would cut each compiled block at DDP's gradient buckets (a base block was
-    two graphs: under torchrun train.py ran at 0.87 of one GPU alone, bench/RESULTS.md, seventeenth session).
+    two graphs: under torchrun train.py ran at 0.87 of one GPU alone, bench/RESULTS.md, DDP).
     compile_blocks turns it off: with buckets far smaller than a block, the block's forward is still one graph
     handed to the compiler, and its gradients are the eager block's."""
     import torch.distributed as dist
@@ -217,29 +217,23 @@ def assert_same_hypotheses(a, b):
         assert [s for _, s in ha] == pytest.approx([s for _, s in hb], abs=1e-5)
 
 
-class StaticDecoder(G.Decoder):
-    """generate.Decoder running the fast layer's static step eagerly: what cuda_graph=None runs on CUDA, without the
-    graph (no CUDA graph runs on a CPU)."""
-
-    def __init__(self, model, objective, sources, max_len, use_cache=True, cuda_graph=None):
-        super().__init__(model, objective, sources, max_len, use_cache=False)
-        self.use_fast_step(max_len, graphed=False)
+# the fast layer's decoding run eagerly: what generate.py runs on CUDA, without the graph (none runs on a CPU)
+EAGER = fast.decoding(graphed=False)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
 @pytest.mark.parametrize("name", NAMES)
 def test_static_step_equals_readable_cache_and_no_cache(name, beam, monkeypatch):
-    """fast.StaticStep decodes exactly as the readable KV cache and as recomputation, while rows leave the batch at
-    different steps."""
+    """fast.StaticDecoder decodes exactly as the readable KV cache and as recomputation, while rows leave the batch
+    at different steps (the readable searches on it)."""
     model, obj, srcs = finishing(name)
     kw = dict(beam_size=beam, n_best=beam, max_len=10, batch_size=len(srcs))
     readable = G.generate(model, obj, srcs, **kw)
     full = G.generate(model, obj, srcs, use_cache=False, **kw)
     rows = []                                                          # the rows of every static step
-    logprobs = StaticDecoder.logprobs
-    monkeypatch.setattr(StaticDecoder, "logprobs", lambda self: rows.append(len(self.tgt)) or logprobs(self))
-    monkeypatch.setattr(G, "Decoder", StaticDecoder)
-    static = G.generate(model, obj, srcs, **kw)
+    logprobs = fast.StaticDecoder.logprobs
+    monkeypatch.setattr(fast.StaticDecoder, "logprobs", lambda self: rows.append(len(self.tgt)) or logprobs(self))
+    static = G.generate(model, obj, srcs, decoding=G.Decoding(EAGER.decoder, G.greedy, G.beam_search), **kw)
     assert len(set(rows)) >= 3                                         # rows left at two different steps at least
     assert_same_hypotheses(static, readable)
     assert_same_hypotheses(static, full)
@@ -252,14 +246,13 @@ def test_teacher_forced_scores_static_equals_readable_cache(name, monkeypatch):
     model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
     srcs, tgts = sources(), sources((5, 1, 7, 3), seed=1)
     readable = G.score_targets(model, obj, srcs, tgts)
-    monkeypatch.setattr(G, "Decoder", StaticDecoder)
-    static = G.score_targets(model, obj, srcs, tgts)
+    static = G.score_targets(model, obj, srcs, tgts, decoder=EAGER.decoder)
     for a, b in zip(static, readable):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
 class EagerGraph:
-    """Stands in for fast.GraphedStep on a CPU: the same static input buffers and output copy, fn run where the graph
+    """Stands in for fast.decoder.GraphedStep on a CPU: the same static input buffers and output copy, fn run where the graph
     would replay. Every call must bring the shapes it was captured with (what a real graph needs)."""
     captures = []
 
@@ -281,7 +274,7 @@ def test_graph_bookkeeping(name, monkeypatch):
     hypotheses as the readable decoder throughout. Every mask the static step gives the model is
     (N, n_new, capacity) with no dead row (encode's eye padding never applies)."""
     model, obj, srcs = finishing(name)
-    monkeypatch.setattr(fast, "GraphedStep", EagerGraph)
+    monkeypatch.setattr(fast.decoder, "GraphedStep", EagerGraph)
     masks = []
     encode = model.encode
 
@@ -296,15 +289,14 @@ def test_graph_bookkeeping(name, monkeypatch):
         EagerGraph.captures.clear()
         masks.clear()
         monkeypatch.setattr(model, "encode", spy)
-        dec = G.Decoder(model, obj, srcs, 10, use_cache=False)
-        dec.use_fast_step(10, graphed=True)                            # what graph_step chooses on CUDA
+        dec = fast.StaticDecoder(model, obj, srcs, 10)
+        dec.graphed = True                                             # what generate.py's door asks for on CUDA
         got = G.beam_search(dec, beam, 10, 1.0, rules) if beam > 1 else G.greedy(dec, 10, 1.0, rules)
         monkeypatch.setattr(model, "encode", encode)
         assert_same_hypotheses(got, want)
         assert len(EagerGraph.captures) == 1
         # sources that finish early drop the graph for the eager step; else it serves to the end
-        step = dec.fast
-        assert step.graph is None and not step.graphed if min_len == 1 else step.graph is EagerGraph.captures[0]
+        assert dec.graph is None and not dec.graphed if min_len == 1 else dec.graph is EagerGraph.captures[0]
         assert {m[-1] for m in masks} == {dec.cache.capacity}          # the source pass and every step
         if min_len == 10:                                              # static shapes from the second step on
             assert len(set(masks[2:])) == 1 and len(masks) == 11
@@ -351,3 +343,58 @@ def test_grouped_cache_lets_each_beam_see_its_own_history_only():
         history = [[history[b][int(parent[b, k])] + [(int(parent[b, k]), t)] for k in range(K)] for b in range(B)]
         cache.reorder((torch.arange(B)[:, None] * K + parent).flatten(), same_sources=True, static=True)
         assert torch.equal(cache.k[0], keys)                                 # nothing moved
+
+
+# --- the training step at a steady static shape (what fast/train_graph.py captures as a CUDA graph) -------------
+
+
+@pytest.mark.parametrize("name", ["unilm", "pmlm", "ernie_gen", "palm"])
+def test_a_batch_padded_to_the_steady_shape_trains_as_itself(name, tok, passages):
+    """fast.train_graph pads every batch to one steady shape (a padding row, a wider row, labelled counts rounded
+    up): the loss, every metric but the count-free ones, and every parameter's gradient are the unpadded batch's
+    (float64, the readable path; the CUDA graph itself: bench/check_cuda.py graph)."""
+    import random
+    import train
+    from fast import train_graph
+    from tests.test_packing import model_for
+    obj = get_objective(name, tok, max_len=128)
+    obj.set_step(10 ** 9, 10 ** 9)                                 # PALM: stage 2, continuation + copy
+    model = model_for(name, tok, "sdpa")
+    module = train.LossModule(model, obj)
+    shapes = train_graph.StaticShapes(multiple=64)
+    for k in range(3):
+        batch = obj.make_batch(random.Random(k).sample(passages["train"], 6), random.Random(k))
+        key = shapes.fit(batch)
+        padded = train_graph.pad_batch(batch, *key[:2], key[2], tok.pad_id)
+        assert len(padded) == 7 and padded.input_ids.size(1) % 64 == 0 and padded.input_ids.size(1) >= batch.input_ids.size(1)
+        assert all(padded.labelled(kind) > batch.labelled(kind) for kind in batch.n_labels)
+        runs = []
+        for b in (batch, padded):
+            model.zero_grad(set_to_none=True)
+            loss, metrics = module(b)
+            loss.backward()
+            runs.append((loss, metrics, [p.grad.clone() for p in model.parameters()]))
+        (loss_a, metrics_a, grads_a), (loss_b, metrics_b, grads_b) = runs
+        torch.testing.assert_close(loss_b, loss_a, rtol=1e-12, atol=1e-12)
+        for key_name, value in metrics_a.items():
+            torch.testing.assert_close(torch.as_tensor(metrics_b[key_name]).double(),
+                                       torch.as_tensor(value).double(), rtol=1e-12, atol=1e-12, msg=key_name)
+        for ga, gb in zip(grads_a, grads_b):
+            torch.testing.assert_close(gb, ga, rtol=1e-10, atol=1e-12)
+
+
+def test_steady_shapes_only_grow_and_key_the_graphs(tok, passages):
+    """StaticShapes: rows = the most seen + 1, width and labelled counts the most seen rounded up to the multiple;
+    a smaller batch keeps the shape (and so its graph); the key also holds the batch's Python extras (UniLM's LM
+    type: a graph of its own)."""
+    import random
+    from fast import train_graph
+    obj = get_objective("unilm", tok, max_len=128)
+    shapes = train_graph.StaticShapes(multiple=64)
+    big = obj.make_batch(random.Random(0).sample(passages["train"], 8), random.Random(0))
+    small = obj.make_batch(random.Random(1).sample(passages["train"], 3), random.Random(1))
+    first = shapes.fit(big)
+    assert first[0] == 9 and first[1] % 64 == 0 and all(n % 64 == 0 for _, n in first[2])
+    assert shapes.fit(small) == first
+    keys = {train_graph.extras_key(obj.make_batch(passages["train"][:4], random.Random(k))) for k in range(12)}
+    assert len(keys) >= 2 and all(dict(k)["lm_type"] in range(4) for k in keys)

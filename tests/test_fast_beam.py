@@ -1,9 +1,9 @@
 """The fast layer's search (fast/beam.py: fast.beam_search, fast.greedy) equals the readable one (generate.beam_search,
 generate.greedy): the same hypotheses in the same order and the same scores, for all four objectives, on the readable
-KV cache, on fast.StaticStep run eagerly (the whole-step search, what CUDA replays as one graph) and without a
+KV cache, on fast.StaticDecoder run eagerly (the whole-step search, what CUDA replays as one graph) and without a
 cache, with sources that end early, sources that reach max_len, [EOS] banned before min_len, n-gram blocking on and
 off, two length penalties and beams of 2 to 5; on hand-built score tables full of exact ties and impossible (-inf)
-candidates; and on generate()'s CUDA-graph path simulated on a CPU. A counter of host reads checks that the step
+candidates; and on generate.py's CUDA path simulated on a CPU. A counter of host reads checks that the step
 loop reads nothing from the tensors but the "is every source done?" flag every few steps."""
 import functools
 import sys
@@ -16,7 +16,8 @@ import fast
 import fast.beam as FB
 import generate as G
 from objectives import get_objective
-from tests.test_fast import EOS_BIAS, EagerGraph, StaticDecoder, assert_same_hypotheses
+from fast import StaticDecoder
+from tests.test_fast import EOS_BIAS, EagerGraph, assert_same_hypotheses
 # one_thread: test_generate's autouse fixture (tiny tensors run faster on one intra-op thread)
 from tests.test_generate import (A, B_, C, D, EOS, NAMES, TOK, TableDecoder, make_model, one_thread,  # noqa: F401
                                  sources)
@@ -42,12 +43,12 @@ def search(module, dec, K, max_len, alpha, rules):
 
 
 def counting_steps(dec):
-    """Wrap the model's step: -> the list that gets the number of rows of every step. On fast.StaticStep that is its
+    """Wrap the model's step: -> the list that gets the number of rows of every step. On fast.StaticDecoder that is its
     step (the whole-step search never calls dec.logprobs), else dec.logprobs."""
     rows = []
-    if dec.fast is not None:
-        step = dec.fast.step
-        dec.fast.step = lambda d, x, *a: rows.append(len(x)) or step(d, x, *a)
+    if isinstance(dec, StaticDecoder):
+        step = dec.step
+        dec.step = lambda x, *a: rows.append(len(x)) or step(x, *a)
         return rows
     logprobs = dec.logprobs
     dec.logprobs = lambda: rows.append(len(dec.tgt)) or logprobs()
@@ -120,8 +121,8 @@ def test_fast_search_equals_readable_search_on_ties(K, min_len, ngram, alpha):
 
 
 def test_generate_switch(monkeypatch):
-    """generate() runs the readable search on a CPU by default and the fast one when fast_search=True: the same
-    results, greedy and beam."""
+    """generate() runs the readable search by default and the fast one when its Decoding says so: the same results,
+    greedy and beam."""
     model, obj, srcs = finishing("unilm")
     called = []
     for fn in ("beam_search", "greedy"):
@@ -130,7 +131,8 @@ def test_generate_switch(monkeypatch):
         kw = dict(beam_size=beam, n_best=beam, max_len=10, batch_size=4)
         readable = G.generate(model, obj, srcs, **kw)
         assert called == []
-        on_device = G.generate(model, obj, srcs, fast_search=True, **kw)
+        on_device = G.generate(model, obj, srcs, decoding=G.Decoding(G.Decoder, fast.greedy, fast.beam_search),
+                               **kw)
         assert called == ["greedy" if beam == 1 else "beam_search"] * 2      # two batches of sources
         assert_same_hypotheses(on_device, readable)
         called.clear()
@@ -155,32 +157,38 @@ class EagerStepGraph:
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("name", NAMES)
 def test_cuda_path_simulated_keeps_one_graph(name, beam, whole, monkeypatch):
-    """generate() as it runs on CUDA (graph_step says yes; EagerGraph and EagerStepGraph stand in for the CUDA graphs):
-    the fast search runs, each batch captures one graph and replays it to the last step (rows never leave, so the
-    graph never goes), and the hypotheses are the readable decoder's. fast.beam.WHOLE_STEP on: the whole
-    step's graph (StepGraph), the model step's (GraphedStep) never made; off: the model step's graph alone."""
+    """generate() with the fast layer's decoding as generate.py's door gives it on CUDA (fast.decoding(graphed=True);
+    EagerGraph and EagerStepGraph stand in for the CUDA graphs): the fast search runs, each batch captures one graph
+    and replays it to the last step (rows never leave, so the graph never goes), and the hypotheses are the readable
+    decoder's. fast.beam.WHOLE_STEP on: the whole step's graph (StepGraph), the model step's (GraphedStep) never
+    made; off: the model step's graph alone."""
     model, obj, srcs = finishing(name)
     kw = dict(beam_size=beam, n_best=beam, max_len=10, batch_size=3)
-    want = G.generate(model, obj, srcs, cuda_graph=False, **kw)
-    monkeypatch.setattr(G, "graph_step", lambda cuda_graph, use_cache, device: use_cache and cuda_graph is not False)
-    monkeypatch.setattr(fast, "GraphedStep", EagerGraph)
+    want = G.generate(model, obj, srcs, **kw)
+    monkeypatch.setattr(fast.decoder, "GraphedStep", EagerGraph)
     monkeypatch.setattr(FB, "StepGraph", EagerStepGraph)
     monkeypatch.setattr(FB, "WHOLE_STEP", whole)
     decoders = []
-    init = G.Decoder.__init__
-    monkeypatch.setattr(G.Decoder, "__init__", lambda self, *a: decoders.append(self) or init(self, *a))
+
+    def graphed_on_cpu(*args):
+        dec = StaticDecoder(*args)                             # graphed=True needs CUDA: set after the check
+        dec.graphed = True
+        return decoders.append(dec) or dec
+    on_cuda = fast.decoding(graphed=True)
+    assert (on_cuda.greedy, on_cuda.beam_search, on_cuda.decoder.keywords) == (FB.greedy, FB.beam_search,
+                                                                               {"graphed": True})
     EagerGraph.captures.clear()
     EagerStepGraph.captures.clear()
-    got = G.generate(model, obj, srcs, **kw)
+    got = G.generate(model, obj, srcs, decoding=on_cuda._replace(decoder=graphed_on_cpu), **kw)
     assert_same_hypotheses(got, want)
-    assert len(decoders) == 2 and all(d.fast.graphed for d in decoders)     # two batches
+    assert len(decoders) == 2                                  # two batches
     if whole:
         assert EagerGraph.captures == [] and len(EagerStepGraph.captures) == 2
         # every step but step 0 through the graph: to max_len or to the done flag's read
         assert all(1 <= c.calls <= 9 for c in EagerStepGraph.captures)
     else:
         assert EagerStepGraph.captures == [] and len(EagerGraph.captures) == 2
-        assert all(d.fast.graph is c for d, c in zip(decoders, EagerGraph.captures))
+        assert all(d.graph is c for d, c in zip(decoders, EagerGraph.captures))
 
 
 # --- host reads inside the loop ---------------------------------------------------------------------------------
@@ -235,7 +243,7 @@ def test_no_host_read_inside_the_loop(name, K, monkeypatch):
     rules = G.decoding_rules(TOK, 2, 3, None, "cpu")
     max_len = 24
     counts = {}
-    # the whole-step search (off by default until bench/check_cuda.py decode passes on a GPU)
+    # the whole-step search (the default; bench/check_cuda.py decode holds it equal on a GPU)
     monkeypatch.setattr(FB, "WHOLE_STEP", True)
     for module, decoder in ((fast, StaticDecoder), (fast, G.Decoder), (G, StaticDecoder)):
         dec = decoder(model, obj, srcs, max_len)

@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import fast
 import fast.beam as FB
 import generate as G
-from tests.test_fast import StaticDecoder, assert_same_hypotheses
+from fast import StaticDecoder
+from tests.test_fast import assert_same_hypotheses
 from tests.test_fast_beam import EagerStepGraph, finishing, readable_reference, search
 # one_thread: test_generate's autouse fixture (tiny tensors run faster on one intra-op thread)
 from tests.test_generate import EOS, NAMES, TOK, one_thread  # noqa: F401
@@ -52,7 +53,7 @@ def test_static_ban_equals_ban_tokens(n, ignore):
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "beam{}-min{}-ngram{}-lp{}-max{}".format(*s))
 @pytest.mark.parametrize("name", NAMES)
 def test_whole_step_search_equals_readable_search(name, setting, monkeypatch):
-    """The whole-step search (fast.beam_search / fast.greedy on fast.StaticStep, run as its eager twin) gives
+    """The whole-step search (fast.beam_search / fast.greedy on fast.StaticDecoder, run as its eager twin) gives
     generate's hypotheses, order and scores, and so does the per-kernel loop on the same static step (WHOLE_STEP off);
     some sources reach max_len, some end before."""
     K, min_len, ngram, alpha, max_len = setting
@@ -71,7 +72,7 @@ def test_whole_step_search_equals_readable_search(name, setting, monkeypatch):
         assert all(len(ids) >= min_len for h in got for ids, _ in h)
     assert len(runs) == 1                                      # the whole-step search ran once, the loop once
     # beam search ran on one cache row a source, the K beams' target slots side by side (StaticCache.group_beams)
-    cache = runs[0].dec.fast.cache
+    cache = runs[0].dec.cache
     assert cache.beams == (K if K > 1 else 1)
     assert cache.k[0].size(0) == len(srcs) and cache.capacity == cache.n_src + cache.beams * cache.T
 
@@ -123,7 +124,7 @@ def test_every_step_runs_the_same_ops_on_the_same_tensors(name, K, monkeypatch):
     monkeypatch.setattr(FB, "StepGraph", LoggedGraph)
     monkeypatch.setattr(FB, "WHOLE_STEP", True)
     dec = StaticDecoder(model, obj, srcs, 10)
-    dec.fast.graphed = True                                    # what graph_step chooses on CUDA
+    dec.graphed = True                                         # what generate.py's door asks for on CUDA
     with log:
         got = search(fast, dec, K, 10, 1.0, rules)
     assert_same_hypotheses(got, want)

@@ -1,6 +1,6 @@
-"""generate.py: the cached decoder equals recomputation for every objective, beam search on hand-built score tables,
-fine-tuning layout == decoding loop (teacher-forced log-probs agree), and the command line. The fast layer's
-static-shape step (CUDA graphs) is held equal to this readable decoder in tests/test_fast.py."""
+"""generate.py: the cached decoder equals recomputation for every objective (both block layouts), beam search on
+hand-built score tables, fine-tuning layout == decoding loop (teacher-forced log-probs agree), and the command line.
+The fast layer's static-shape step (CUDA graphs) is held equal to this readable decoder in tests/test_fast.py."""
 import json
 import math
 import os
@@ -39,10 +39,11 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-def make_model(name, buckets=32, seed=0):
+def make_model(name, buckets=32, seed=0, post_ln=False):
     """A tiny random model with weights large enough for peaked distributions (no near-ties in argmax/top-k,
     and masks that matter: a wrong visibility changes the scores clearly)."""
-    m = tiny_model(len(TOK), seed=seed, rel_pos_buckets=buckets, max_position=64, copy_head=name == "palm")
+    m = tiny_model(len(TOK), seed=seed, rel_pos_buckets=buckets, max_position=64, copy_head=name == "palm",
+                   post_ln=post_ln)
     with torch.no_grad():
         for p in m.parameters():
             if p.dim() > 1:
@@ -62,11 +63,15 @@ def sources(lengths=(0, 3, 9, 14), seed=0):
 # --- cache == recomputation, batching, beams, for the four decoding styles ----------------------------------------
 
 
+LAYOUTS = pytest.mark.parametrize("post_ln", [False, True], ids=["pre-LN", "post-LN"])
+
+
+@LAYOUTS
 @pytest.mark.parametrize("buckets", [0, 32])
 @pytest.mark.parametrize("beam", [1, 3])
 @pytest.mark.parametrize("name", NAMES)
-def test_cache_equals_no_cache(name, beam, buckets):
-    model, obj = make_model(name, buckets), get_objective(name, TOK, task="seq2seq", max_len=64)
+def test_cache_equals_no_cache(name, beam, buckets, post_ln):
+    model, obj = make_model(name, buckets, post_ln=post_ln), get_objective(name, TOK, task="seq2seq", max_len=64)
     kw = dict(beam_size=beam, n_best=beam, max_len=8, min_len=2, batch_size=4)
     cached = G.generate(model, obj, sources(), **kw)
     full = G.generate(model, obj, sources(), use_cache=False, **kw)
@@ -80,9 +85,10 @@ def test_cache_equals_no_cache(name, beam, buckets):
     assert [[ids for ids, _ in h] for h in alone] == [[ids for ids, _ in h] for h in cached]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("name", NAMES)
-def test_teacher_forced_scores_cache_equals_no_cache(name):
-    model, obj = make_model(name), get_objective(name, TOK, task="seq2seq", max_len=64)
+def test_teacher_forced_scores_cache_equals_no_cache(name, post_ln):
+    model, obj = make_model(name, post_ln=post_ln), get_objective(name, TOK, task="seq2seq", max_len=64)
     srcs, tgts = sources(), sources((5, 1, 7, 3), seed=1)
     a = G.score_targets(model, obj, srcs, tgts)
     b = G.score_targets(model, obj, srcs, tgts, use_cache=False)
@@ -117,21 +123,27 @@ def test_next_inputs_are_the_step_logprobs_runs(name):
         dec.append(torch.tensor([y]))
 
 
-def test_cuda_graph_option_on_cpu():
-    """None and False run the readable KV cache on a CPU (the fast layer's static step is for CUDA); True cannot run
-    here: one line, up front."""
+def test_generate_py_door_into_the_fast_layer(monkeypatch):
+    """generate.py's door (decoding_for): this file's readable decoder on a CPU, with --no_cache and with
+    --no_cuda_graph; on CUDA the fast layer's graphed decoder, which refuses a CPU model in one line."""
+    import argparse
+    import fast
     model, obj = make_model("pmlm"), get_objective("pmlm", TOK, task="seq2seq", max_len=64)
+    args = lambda **kw: argparse.Namespace(**{"no_cache": False, "no_cuda_graph": False, **kw})
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert G.decoding_for(model, cpu, args()) is G.READABLE
+    assert G.decoding_for(model, cuda, args(no_cuda_graph=True)) is G.READABLE
+    assert G.decoding_for(model, cuda, args(no_cache=True)) is G.READABLE
+    on_cuda = G.decoding_for(model, cuda, args())                     # fast.speed_up changes nothing on a CPU model
+    assert on_cuda.decoder.func is fast.StaticDecoder and on_cuda.decoder.keywords == {"graphed": True}
+    with pytest.raises(ValueError, match="needs a CUDA device") as e:
+        G.generate(model, obj, sources(), max_len=8, decoding=on_cuda)
+    assert "\n" not in str(e.value)
     dec = G.Decoder(model, obj, sources(), 8)
-    assert dec.fast is None and type(dec.cache) is M.KVCache
-    dec = G.Decoder(model, obj, sources(), 8, cuda_graph=False)
-    assert dec.fast is None and type(dec.cache) is M.KVCache
+    assert type(dec.cache) is M.KVCache
     assert G.Decoder(model, obj, sources(), 8, use_cache=False).cache is None
-    for kw in (dict(cuda_graph=True), dict(cuda_graph=True, use_cache=False)):
-        with pytest.raises(ValueError, match="cuda_graph=True needs the KV cache on a CUDA device") as e:
-            G.generate(model, obj, [], max_len=8, **kw)                # before any work, even with nothing to do
-        assert "\n" not in str(e.value)
-        with pytest.raises(ValueError, match="cuda_graph=True"):
-            G.score_targets(model, obj, sources(), sources(), **kw)
+    with pytest.raises(ValueError, match="use_cache=False"):
+        fast.StaticDecoder(model, obj, sources(), 8, use_cache=False)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -441,21 +453,21 @@ def test_cli_splits_lines_on_newline_only(tmp_path, suffix, capsys):
 
 
 def test_cli_no_cuda_graph_decodes_the_same(tmp_path, monkeypatch):
-    """--no_cuda_graph asks for the readable cache everywhere (cuda_graph=False): the same lines as the default
-    (None)."""
+    """--no_cuda_graph asks the door for the readable decoder everywhere: the same lines as the default."""
     ckpt, inp = tmp_path / "model.pt", tmp_path / "in.txt"
     save_checkpoint(ckpt, "pmlm")
     inp.write_text("w1 w2 w3\nw4 w5 . w6\n")
-    seen = []                                                          # the cuda_graph option of every decoder
-    graph_step = G.graph_step
-    monkeypatch.setattr(G, "graph_step", lambda cuda_graph, *a: seen.append(cuda_graph) or graph_step(cuda_graph, *a))
+    seen = []                                                          # the --no_cuda_graph the door saw
+    door = G.decoding_for
+    monkeypatch.setattr(G, "decoding_for", lambda model, device, args: seen.append(args.no_cuda_graph)
+                        or door(model, device, args))
     outs = []
     for flags in ([], ["--no_cuda_graph"]):
         out = tmp_path / f"out{len(outs)}.txt"
         G.main(["--ckpt", str(ckpt), "--input", str(inp), "--output", str(out), "--beam", "3", "--max_len", "6",
                 "--device", "cpu", *flags])
         outs.append(out.read_text())
-        assert set(seen) == {None if not flags else False}
+        assert seen == [bool(flags)]
         seen.clear()
     assert outs[0] == outs[1] and all(outs[0].split("\n")[:2])
 
@@ -480,7 +492,7 @@ def test_cli_errors_are_clean(tmp_path, capsys):
 
 
 def test_pretraining_checkpoint_is_refused_with_the_fine_tuning_command(tmp_path, capsys):
-    """A checkpoint that says task: pretrain cannot decode (issue 19): one line naming the fine-tuning command, exit
+    """A checkpoint that says task: pretrain cannot decode: one line naming the fine-tuning command, exit
     2, no output file (it used to write lines of dots with exit 0)."""
     ckpt, inp, out = tmp_path / "pre.pt", tmp_path / "in.txt", tmp_path / "o.txt"
     model = make_model("pmlm")

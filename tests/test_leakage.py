@@ -1,5 +1,6 @@
 """The one mask rule (objectives/masks.py) against every paper's builder, and the public leakage checker
-(objectives/leakage.py): every objective's batches are proven leak-free, and a wrong mask is caught."""
+(objectives/leakage.py): every objective's batches are proven leak-free in both block layouts (pre-LN, BERT's
+post-LN), and a wrong mask is caught."""
 import random
 
 import pytest
@@ -55,10 +56,11 @@ def make_batch(name, task, tok, passages, pairs, seed=0):
     return obj, obj.make_batch(examples, rng)
 
 
+@pytest.mark.parametrize("post_ln", [False, True], ids=["pre-LN", "post-LN"])
 @pytest.mark.parametrize("name,task", TASKS)
-def test_every_objective_is_proven_leak_free(tok, passages, pairs, name, task):
+def test_every_objective_is_proven_leak_free(tok, passages, pairs, name, task, post_ln):
     obj, batch = make_batch(name, task, tok, passages, pairs)
-    model = tiny_model(len(tok), n_layer=3, rel_pos_buckets=32 if name == "pmlm" else 0)
+    model = tiny_model(len(tok), n_layer=3, rel_pos_buckets=32 if name == "pmlm" else 0, post_ln=post_ln)
     report = leakage.check(model, batch, max_rows=40)
     assert report.leaks == [], str(report)
     n_pred = sum(len(r) for r in report.rows.values())
@@ -72,13 +74,14 @@ def test_every_objective_is_proven_leak_free(tok, passages, pairs, name, task):
     assert "leak-free" in str(report)
 
 
+@pytest.mark.parametrize("post_ln", [False, True], ids=["pre-LN", "post-LN"])
 @pytest.mark.parametrize("name,task", [("pmlm", "pretrain"), ("ernie_gen", "seq2seq"), ("unilm", "seq2seq"),
                                        ("palm", "seq2seq")])
-def test_a_wrong_mask_is_caught(tok, passages, pairs, name, task):
+def test_a_wrong_mask_is_caught(tok, passages, pairs, name, task, post_ln):
     """Run the same batch with an all-visible (bidirectional) mask: every objective then leaks, and the report
     names the prediction and the input."""
     obj, batch = make_batch(name, task, tok, passages, pairs)
-    model = tiny_model(len(tok), rel_pos_buckets=32 if name == "pmlm" else 0)
+    model = tiny_model(len(tok), rel_pos_buckets=32 if name == "pmlm" else 0, post_ln=post_ln)
     real = batch.kind != PAD
     everything = real[:, :, None] & real[:, None, :]
     report = leakage.check(model, batch, examples=[0], attn_mask=everything)

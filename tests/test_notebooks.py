@@ -41,7 +41,7 @@ def test_a_missing_checkpoint_is_announced_first_with_the_command_that_builds_it
     """A notebook opened on a fresh clone: its first output names the missing file and the command."""
     import shutil
     import sys
-    # the parsed corpus of this session (conftest.py), not parsed again: the task file is built from it
+    # the corpus conftest.py parsed once for every test, not parsed again: the task file is built from it
     for parsed in cache_dir.glob("stdlib-docstrings-*.json"):
         shutil.copy(parsed, tmp_path)
     sys.path.insert(0, str(ROOT / "notebooks"))
@@ -110,3 +110,32 @@ def test_outputs_are_fresh_and_small(path):
     # it imports the project's code rather than re-implementing it
     source = "\n".join("".join(c["source"]) for c in code)
     assert "import common" in source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_saved_without_execution_timestamps(path):
+    """A run's timestamps in a cell's metadata change on every run and churn every diff: execute.py --save writes a
+    notebook without them, and --strip drops them from one already saved."""
+    import sys
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import execute
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    stamped = [n for n, cell in enumerate(cells) if set(execute.VOLATILE) & set(cell["metadata"])]
+    assert not stamped, (f"{path.name}: execution timestamps in cells {stamped}; "
+                         f"python notebooks/execute.py {path.name} --strip drops them")
+
+
+def test_strip_drops_the_timestamps_and_nothing_else(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import execute
+    saved = (ROOT / "notebooks" / "01_wordpiece.ipynb").read_text(encoding="utf-8")
+    nb = json.loads(saved)
+    for cell in nb["cells"]:
+        cell["metadata"]["execution"] = {"iopub.status.busy": "2026-11-26T17:41:12.886525Z",
+                                         "shell.execute_reply": "2026-11-26T17:41:15.470858Z"}
+    path = tmp_path / "stamped.ipynb"
+    path.write_text(json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    execute.strip_file(path)
+    # the notebook as it was, byte for byte: outputs, ids, kernel metadata and the layout nbformat writes
+    assert path.read_text(encoding="utf-8") == saved

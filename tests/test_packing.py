@@ -202,13 +202,16 @@ def test_flex_follows_the_passage_rule(tok, passages, pairs, name, task):
 
 
 def test_train_loss_module_packs(tok, passages, pairs):
-    """train.py's switch: data.StepBatches plans the packing (--pack), LossModule hands the objective the packed
-    view, and the loss is the one of the same batch unpacked."""
+    """train.py's door (use_fast_layer with --pack true): data.StepBatches plans the packing, LossModule hands the
+    objective the packed view, and the loss is the one of the same batch unpacked."""
     obj = get_objective("pmlm", tok, max_len=128)
     model = model_for("pmlm", tok, "sdpa")
-    module = train.LossModule(model, obj)
+    pack, view = train.use_fast_layer(model, obj, train.TrainConfig(pack="true", compile="false"),
+                                      torch.device("cpu"))
+    assert view is fast.packed
+    module = train.LossModule(model, obj, view)
     unpacked = data.StepBatches(obj, passages["train"], 8, 1, 0, 10).build(3)[0]
-    packed = data.StepBatches(obj, passages["train"], 8, 1, 0, 10, pack=fast.plan_packing).build(3)[0]
+    packed = data.StepBatches(obj, passages["train"], 8, 1, 0, 10, pack=pack).build(3)[0]
     assert "pack_shape" not in unpacked.extras and packed.extras["pack_shape"][0] < len(packed)
     with torch.no_grad():
         torch.testing.assert_close(module(packed)[0], module(unpacked)[0], rtol=1e-12, atol=1e-12)

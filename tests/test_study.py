@@ -1,7 +1,7 @@
-"""bench/study.py: --tiny end to end on a CPU with two jobs at once (pre-training at equal corpus
-tokens, a control, fine-tuning, decoding, scores, cells as json lines), interrupted and resumed
-without recomputing a finished cell, then import and report; the scheduler's plan; UniLMv2's AE-only
-ablation (pmlm's `par` option)."""
+"""bench/study.py: the protocol --tiny end to end on a CPU with two jobs at once (pre-training at equal corpus tokens,
+a control, the dev grid, the choices, the finals on test, cells as json lines), interrupted and resumed without
+recomputing a finished cell, then import and report; the splits; the choice, which reads dev scores only and
+refuses any other; the grid, the same size for every system; the paired bootstrap; the pages; the scheduler."""
 import json
 import os
 import random
@@ -17,6 +17,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import study  # noqa: E402
 
+TINY = study.settings(study.parse_args(["--tiny"]))
+FULL = study.settings(study.parse_args([]))
+
 
 def run_study(*flags):
     cmd = [sys.executable, "bench/study.py", *flags]
@@ -27,110 +30,406 @@ def test_tiny_study_two_workers_interrupted_resumed_imported_reported(tmp_path):
     out = tmp_path / "work"
     cells = tmp_path / "cells.jsonl"
     flags = ["--tiny", "--per_gpu", "2", "--out", str(out), "--cells_out", str(cells),
-             "--cache_dir", str(ROOT / ".cache"), "--lp_sweep", "0,1,2"]
-    # interrupted after the first finished cell: the job in flight is stopped
+             "--cache_dir", str(ROOT / ".cache")]
+    # 3 systems x 2 fine-tunings of the grid on dev, then 3 finals; interrupted after the first finished cell
     first = run_study(*flags, "--stop_after_cells", "1")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    assert "0 cells done, 3 to run" in first.stdout
+    assert "0 cells done, 9 to run" in first.stdout
     assert "1 new cell(s) reached: 1 job(s) in flight stopped" in first.stdout
     kept = cells.read_text().splitlines()
-    assert len(kept) == 1
+    assert len(kept) == 1 and json.loads(kept[0])["split"] == "dev"
     # resumed: the finished cell is not recomputed
     second = run_study(*flags)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
-    assert "1 cells done, 2 to run" in second.stdout
+    assert "1 cells done, 8 to run" in second.stdout
     lines = cells.read_text().splitlines()
-    assert lines[0] == kept[0] and len(lines) == 3
-    records = [json.loads(line) for line in lines]
-    assert {r["system"] for r in records} == {"pmlm", "palm", "pmlm/no pre-training"}
-    for r in records:
-        assert r["task"] == "docsum" and r["seed"] == 0 and r["card"] == "cpu"
+    assert lines[0] == kept[0] and len(lines) == 9
+    records = {study.stem_of(r): r for r in map(json.loads, lines)}
+    dev = [r for r in records.values() if r["split"] == "dev"]
+    finals = {r["system"]: r for r in records.values() if r["split"] == "test"}
+    assert len(dev) == 6 and set(finals) == {"pmlm", "palm", "pmlm/no pre-training"}
+    for r in dev:
+        # every configuration decoded on the dev pairs at each length penalty, nothing of the test split
+        assert set(r["by_lp"]) == {"1", "2"} and r["n_pairs"] == 8 and "pairs" not in r and "scores" not in r
+        assert r["options"]["ft"] == dict(study.grid(r["system"], "docsum", TINY))[r["config"]]
+    for name, r in finals.items():
+        assert r["task"] == "docsum" and r["seed"] == 0 and r["card"] == "cpu" and r["n_pairs"] == 8
         assert all(0 <= r["scores"][m]["f"] <= 100 for m in ("rouge1", "rouge2", "rougeL", "bleu"))
         assert 0 <= r["teacher_forced_acc"] <= 100 and r["finetune"]["flops"] > 0
         assert all(0 <= r["decode"]["copied"][k] <= 100 for k in ("outputs", "references"))
-        # how long the outputs are, and (--lp_sweep) the same checkpoint decoded at the other penalties
-        assert r["decode"]["words"]["references"] > 0 and r["decode"]["words"]["outputs"] >= 0
-        sweep = r["decode"]["lp_sweep"]
-        assert sweep["used"] == 1.0 and set(sweep) == {"0.0", "2.0", "used"}
-        assert all(0 <= sweep[lp][m] <= 100 for lp in ("0.0", "2.0") for m in ("rougeL", "bleu"))
-        assert len(r["examples"]) == 3 and set(r["examples"][0]) == {"source", "reference", "output"}
-    by = {r["system"]: r for r in records}
+        assert r["decode"]["words"]["references"] > 0 and len(r["examples"]) == 3
+        # the choice is the best dev score of its grid, decoded once on test at the chosen length penalty
+        best = max((got["rougeL"], c["config"], float(lp)) for c in dev if c["system"] == name
+                   for lp, got in c["by_lp"].items())
+        assert r["chosen"]["dev"] == best[0] and r["lp"] == r["chosen"]["lp"] and r["chosen"]["among"] == 4
+        assert r["options"]["ft"] == dict(study.grid(name, "docsum", TINY))[r["chosen"]["config"]]
+        # each pair's ROUGE-L, whose mean is the score
+        assert len(r["pairs"]) == 8
+        assert sum(r["pairs"]) / 8 == pytest.approx(r["scores"]["rougeL"]["f"], abs=1e-3)
+    # a scored fine-tuning leaves its cell, not its checkpoint; the pre-trainings stay for the next cells
+    assert not list(out.glob("work/*/ft-*/ckpt.pt")) and len(list(out.glob("work/*/pre/ckpt.pt"))) == 2
     # equal compute: the two objectives read the same corpus tokens, in different numbers of steps
-    assert by["pmlm/no pre-training"]["pretrain"] is None
-    assert by["pmlm"]["pretrain"]["steps"] != by["palm"]["pretrain"]["steps"]
-    assert by["pmlm"]["pretrain"]["flops"] > 0 and by["palm"]["pretrain"]["flops"] > 0
+    assert finals["pmlm/no pre-training"]["pretrain"] is None
+    assert finals["pmlm"]["pretrain"]["steps"] != finals["palm"]["pretrain"]["steps"]
+    assert finals["pmlm"]["pretrain"]["flops"] > 0 and finals["palm"]["pretrain"]["flops"] > 0
     third = run_study(*flags)
-    assert third.returncode == 0 and "3 cells done, 0 to run" in third.stdout
-    assert "| pmlm | 1 |" in third.stdout
-    # import splits the json lines into cell files; report writes the page from them
-    folder = tmp_path / "committed"
-    imported = run_study("import", str(cells), "--cells", str(folder))
-    assert imported.returncode == 0 and "3 new" in imported.stdout, imported.stderr
-    assert (folder / "pmlm__docsum__seed0.json").exists()
-    page = tmp_path / "page.md"
-    reported = run_study("report", "--cells", str(folder), "--page", str(page))
+    assert third.returncode == 0 and "9 cells done, 0 to run" in third.stdout
+    assert "6 of 6 dev cells, 3 of 3 finals" in third.stdout
+    # import merges the cells into the committed file, one a line sorted by stem; report writes the pages
+    committed = tmp_path / "committed.jsonl"
+    imported = run_study("import", str(cells), "--cells", str(committed))
+    assert imported.returncode == 0 and "9 new" in imported.stdout, imported.stderr
+    stems = [study.stem_of(c) for c in map(json.loads, committed.read_text().splitlines())]
+    assert stems == sorted(stems) and "pmlm__docsum__seed0" in stems and len(stems) == 9
+    again = run_study("import", str(cells), "--cells", str(committed))
+    assert "0 new, 9 replaced; 9 in" in again.stdout and len(committed.read_text().splitlines()) == 9
+    pages = tmp_path / "pages"
+    reported = run_study("report", "--tiny", "--cells", str(committed), "--pages", str(pages))
     assert reported.returncode == 0, reported.stderr
-    text = page.read_text()
-    assert "| pmlm | 1 |" in text and "| unilm | not run yet |" in text
-    assert "**palm, docsum**" in text
-    assert "## Decoding length (study.py --lp_sweep)" in text and "| lp 0 | lp 1 | lp 2 |" in text
+    front = (pages / "README.md").read_text()
+    assert "| pmlm | " in front and "## The answer" in front and "On docsum, " in front
+    tables = (pages / "tables.md").read_text()
+    assert "| palm | docsum | 4 | lr " in tables and "## The dev grid, docsum" in tables
+    assert "**palm**" in (pages / "samples.md").read_text()
 
 
-def test_user_mistakes_are_one_line():
+def test_user_mistakes_are_one_line(tmp_path):
     bad = run_study("--only", "pmlm,nonsense", "--tiny")
     assert bad.returncode == 2
     assert bad.stderr.strip().startswith("study.py: error: --only: unknown system(s) ['nonsense']")
     missing = run_study("import", "no/such/file.jsonl")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    folder = run_study("report", "--cells", "bench/study", "--pages", str(tmp_path))
+    assert folder.returncode == 2 and folder.stderr.count("\n") == 1 and ".jsonl" in folder.stderr
 
+
+# --- the splits ------------------------------------------------------------------------------------------------
+
+def test_dev_is_carved_from_the_training_pairs_and_test_is_held_out(tmp_path):
+    """Gigaword: dev is its last 1,000 training pairs, test its 1,000 validation pairs; SQuAD QG: test is the last
+    tenth of the lines, dev the tenth before, each cut between two source sentences; the finals' training pairs are
+    select + dev, and data of another size is refused in one line."""
+    giga = tmp_path / "gigaword10k"
+    giga.mkdir()
+    for split, n in (("train", 10_000), ("valid", 1_000)):
+        (giga / f"{split}.article.txt").write_text("".join(f"{split} article {i}\n" for i in range(n)))
+        (giga / f"{split}.title.txt").write_text("".join(f"{split} title {i}\n" for i in range(n)))
+    squad = tmp_path / "squad_qg"
+    squad.mkdir()
+    # two questions on each of the first 4,000 source sentences, one on each of the others
+    sources = [f"sentence {i // 2}" if i < 8000 else f"sentence {i}" for i in range(10_570)]
+    (squad / "src-dev.txt").write_text("".join(s + "\n" for s in sources))
+    (squad / "tgt-dev.txt").write_text("".join(f"question {i}\n" for i in range(10_570)))
+    args = study.parse_args(["--data_dir", str(tmp_path), "--out", str(tmp_path / "out")])
+    parts = study.task_pairs("gigaword", FULL, args)
+    assert {k: len(v) for k, v in parts.items()} == dict(select=9000, dev=1000, final=10_000, test=1000)
+    assert parts["dev"][0] == ("train article 9000", "train title 9000")
+    assert parts["final"] == parts["select"] + parts["dev"]
+    assert parts["test"][0][0] == "valid article 0"
+    parts = study.task_pairs("squad_qg", FULL, args)
+    assert {k: len(v) for k, v in parts.items() if k != "final"} == study.SPLITS["squad_qg"]
+    assert parts["final"] == parts["select"] + parts["dev"] and parts["test"][-1][1] == "question 10569"
+    for before, after in (("select", "dev"), ("dev", "test")):
+        # no source sentence on both sides of a cut
+        assert not {s for s, _ in parts[before]} & {s for s, _ in parts[after]}
+    # a cut that falls among the questions on one sentence moves past them
+    assert study.sentence_cut(["a", "a", "b", "b", "b", "c"], 0.5) == 5
+    (squad / "src-dev.txt").write_text("".join(f"sentence {i // 3}\n" for i in range(10_570)))
+    with pytest.raises(study.UsageError, match="splits into"):
+        study.task_pairs("squad_qg", FULL, args)
+    (giga / "valid.title.txt").write_text("a title\n" * 999)
+    (giga / "valid.article.txt").write_text("an article\n" * 999)
+    with pytest.raises(study.UsageError, match="splits into"):
+        study.task_pairs("gigaword", FULL, args)
+
+
+# --- the grid and the choice -------------------------------------------------------------------------------------
+
+def test_the_grid_has_the_same_size_for_every_objective_and_every_control():
+    tuned = [n for n, s in study.SYSTEMS.items() if s["ablation_of"] is None]
+    assert set(tuned) == set(study.OBJECTIVES) | {f"{o}/no pre-training" for o in study.OBJECTIVES}
+    for task in ("gigaword", "squad_qg"):
+        sizes = {n: len(study.grid(n, task, FULL)) for n in tuned}
+        assert set(sizes.values()) == {8}, sizes
+        assert {study.configurations(n, task, FULL) for n in study.SYSTEMS} == {32}
+        for name in tuned:
+            configs = study.grid(name, task, FULL)
+            # eight different fine-tunings: lr x the objective's own target knob x dropout
+            assert len({json.dumps(o, sort_keys=True) for _, o in configs}) == 8
+            assert len({c for c, _ in configs}) == 8
+            knob = study.TARGET[study.SYSTEMS[name]["objective"]][0]
+            assert all(set(o) == {"lr", "dropout", knob} for _, o in configs)
+        # a control is tuned on its objective's grid
+        for o in study.OBJECTIVES:
+            assert study.grid(o, task, FULL) == study.grid(f"{o}/no pre-training", task, FULL)
+    # ERNIE-GEN's paper value is Table 1's for the task
+    assert [o["rho_f"] for _, o in study.grid("ernie_gen", "squad_qg", FULL)][:2] == [0.7, 0.7]
+    # every other system takes the choice of a system tuned on the grid
+    for name in study.SYSTEMS:
+        assert study.tuned(name) in tuned
+    assert study.tuned("palm/no copy/no pre-training") == "palm/no pre-training"
+    assert study.tuned("ernie_gen/ft from pmlm") == "ernie_gen"
+
+
+def dev_cell(name, task, config, by_lp, split="dev"):
+    return dict(system=name, task=task, seed=0, split=split, config=config,
+                by_lp={lp: dict(rougeL=v, bleu=v, words=8.0) for lp, v in by_lp.items()})
+
+
+def grid_of(name, task, scores):
+    """Dev cells of a system's grid: configuration k scores scores[k] at length penalty 1 and one less elsewhere."""
+    cells = {}
+    for (config, _), value in zip(study.grid(name, task, FULL), scores):
+        cell = dev_cell(name, task, config, {"0.6": value - 1, "1": value, "1.5": value - 1, "2": value - 1})
+        cells[study.stem_of(cell)] = cell
+    return cells
+
+
+def test_the_choice_is_the_best_dev_score_and_every_final_of_the_family_takes_it(tmp_path):
+    cells = grid_of("palm", "gigaword", [20, 21, 25, 19, 25, 18, 17, 16])
+    chosen = study.choose(cells, "palm", "gigaword", FULL)
+    config, options = study.grid("palm", "gigaword", FULL)[2]
+    # the highest of 32 (the first of two equal ones), at its length penalty
+    assert chosen == dict(system="palm", config=config, options=options, lp=1.0, dev=25, among=32)
+    # an ablation fine-tunes with its parent's choice, its own options over it; a final decodes at the chosen lp
+    spec = study.job_spec(("ft", "palm/no copy", "gigaword", 2), FULL, cells)
+    assert spec["options"] == {**options, "copy": False} and spec["lps"] == [1.0] and spec["split"] == "test"
+    assert spec["chosen"]["system"] == "palm" and spec["chosen"]["config"] == config
+    dev = study.job_spec(("ft", "palm", "gigaword", 0, config), FULL, cells)
+    assert dev["split"] == "dev" and dev["options"] == options and dev["lps"] == FULL["grid"]["lp"]
+    # a diverged configuration is skipped; a missing one means no choice yet, and the final waits
+    stem = study.cell_stem("palm", "gigaword", 0, config)
+    cells[stem] = dict(cells[stem], diverged=True)
+    assert study.choose(cells, "palm", "gigaword", FULL)["config"] == study.grid("palm", "gigaword", FULL)[4][0]
+    del cells[stem]
+    assert study.choose(cells, "palm", "gigaword", FULL) is None
+    args = study.parse_args(["--out", str(tmp_path)])
+    for name in ("palm", "palm/no pre-training"):
+        study.pre_dir(args, name, 0).mkdir(parents=True, exist_ok=True)
+        (study.pre_dir(args, name, 0) / "done.json").write_text("{}")
+    assert not study.ready(("ft", "palm", "gigaword", 0), args, cells, FULL)
+    assert study.ready(("ft", "palm", "gigaword", 0, config), args, cells, FULL)
+
+
+def test_the_choice_refuses_a_score_of_the_held_out_split(tmp_path):
+    """A selection reads dev scores only: a grid cell that holds scores of the test split (or records no split)
+    stops it, in one line, on the command line too."""
+    cells = grid_of("pmlm", "gigaword", range(8))
+    config = study.grid("pmlm", "gigaword", FULL)[3][0]
+    stem = study.cell_stem("pmlm", "gigaword", 0, config)
+    for split in ("test", None):
+        cells[stem] = dict(cells[stem], split=split)
+        with pytest.raises(study.UsageError, match="selection reads dev scores only"):
+            study.choose(cells, "pmlm", "gigaword", FULL)
+        # an ablation's choice is its parent's: refused the same way
+        with pytest.raises(study.UsageError, match="test split" if split else "unrecorded split"):
+            study.choose(cells, "pmlm/AE only", "gigaword", FULL)
+    store = tmp_path / "cells.jsonl"
+    settings = study.settings_key(FULL)
+    study.save_cells(store, {k: dict(c, settings=settings) for k, c in cells.items()})
+    refused = run_study("report", "--cells", str(store), "--pages", str(tmp_path / "pages"), "--tasks", "gigaword")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "selection reads dev scores only" in refused.stderr
+
+
+# --- the paired bootstrap over test pairs and seeds ------------------------------------------------------------
+
+def final(name, task, seed, pairs, **rest):
+    cell = dict(system=name, task=task, seed=seed, split="test", pairs=pairs,
+                scores={"rougeL": dict(f=sum(pairs) / len(pairs))} if task == "gigaword" else {}, **rest)
+    return {study.stem_of(cell): cell}
+
+
+def test_the_paired_bootstrap_on_a_hand_made_example():
+    rng = random.Random(0)
+    base = [[rng.uniform(0, 60) for _ in range(200)] for _ in range(3)]
+    cells = {}
+    for seed in range(3):
+        cells.update(final("b", "gigaword", seed, base[seed]))
+        # a system 2 points above b on every pair of every seed
+        cells.update(final("a", "gigaword", seed, [x + 2 for x in base[seed]]))
+        # a system whose seeds differ by 10 points, each seed flat over the pairs
+        cells.update(final("c", "gigaword", seed, [20.0 + 10 * seed] * 200))
+    assert study.interval(cells, "a", "gigaword", "b") == pytest.approx((2.0, 2.0, 2.0, 3))
+    point, low, high, seeds = study.interval(cells, "b", "gigaword")
+    mean = sum(map(sum, base)) / 600
+    assert point == pytest.approx(mean) and low < mean < high and seeds == 3
+    # the pairs alone: a paired difference is far narrower than either score's own interval
+    assert high - low > 1.0
+    # the seeds alone: pairs that never vary still leave the seeds' spread (mean 30; 20 or 40 with all three
+    # draws on one seed)
+    point, low, high, _ = study.interval(cells, "c", "gigaword")
+    assert point == pytest.approx(30.0) and 20.0 <= low < 30.0 < high <= 40.0
+    # only the seeds both systems ran are paired
+    del cells[study.cell_stem("b", "gigaword", 2)]
+    assert study.interval(cells, "a", "gigaword", "b")[3] == 2
+    assert study.interval(cells, "nothing", "gigaword") is None
+    assert study.shown(None) == "-" and study.shown_gain((2.0, 1.5, 2.5, 3)) == "+2.00 [+1.50, +2.50]"
+
+
+def test_bleu_of_summed_pair_statistics_is_corpus_bleu():
+    import evaluate
+    hyps = ["what is the capital of france ?", "who wrote it", "when did the war end ?", "how many ?"]
+    refs = ["what is the capital city of france ?", "who wrote the book ?", "when did the war end ?", "why ?"]
+    pairs = study.pair_stats(hyps, refs, "bleu")
+    cells = final("s", "squad_qg", 0, pairs)
+    assert study.interval(cells, "s", "squad_qg")[0] == pytest.approx(evaluate.bleu(hyps, refs))
+    rouge = study.pair_stats(hyps, refs, "rougeL")
+    assert sum(rouge) / 4 == pytest.approx(100 * evaluate.rouge(hyps, refs, stem=True)["rougeL"]["fmeasure"])
+
+
+# --- the pages --------------------------------------------------------------------------------------------------
+
+def fake_protocol(seeds=(0, 1, 2)):
+    """Cells of the whole protocol on Gigaword: every dev cell, every final; a system's score rises with its
+    position in SYSTEMS, controls 10 points down."""
+    rng = random.Random(1)
+    settings = study.settings_key(FULL)
+    cells = {}
+    for name in dict.fromkeys(study.tuned(n) for n in study.SYSTEMS):
+        cells.update({k: dict(c, settings=settings) for k, c in grid_of(name, "gigaword", range(8)).items()})
+    for i, name in enumerate(study.SYSTEMS):
+        level = 20 + i / 2 - (10 if study.SYSTEMS[name]["control"] else 0)
+        for seed in study.SYSTEMS[name]["seeds"] or seeds:
+            pairs = [level + rng.gauss(0, 8) for _ in range(100)]
+            cells.update(final(name, "gigaword", seed, pairs, settings=settings, teacher_forced_acc=30.0,
+                               pretrain=dict(seconds=200.0, flops=5e15), finetune=dict(seconds=60.0, flops=8e14),
+                               decode=dict(seconds=6.0, copied=dict(outputs=50.0, references=62.0),
+                                           words=dict(outputs=7.0, references=8.0)),
+                               examples=[dict(source="an article", reference="a title", output="an output")],
+                               card="cpu", torch="2"))
+    for c in cells.values():
+        if c["split"] == "test":
+            c["scores"].update(rouge1=dict(f=0.0), rouge2=dict(f=0.0))
+    return cells
+
+
+def test_the_pages_of_a_small_fake_set_of_cells(tmp_path, capsys):
+    store = tmp_path / "cells.jsonl"
+    pages = tmp_path / "pages"
+    args = study.parse_args(["report", "--cells", str(store), "--pages", str(pages), "--tasks", "gigaword"])
+    # no cells: the page says that nothing is a test result yet, and what the superseded cells are
+    study.write_report(args)
+    front = (pages / "README.md").read_text()
+    assert "0 of 64 dev cells, 0 of 47 finals" in front
+    assert "No number on this page is a test result yet: the protocol has not run." in front
+    assert "not test results" in front and "Not measured yet" in front and "not yet measured" in front
+    assert "No final has run yet." in (pages / "samples.md").read_text()
+    superseded = (pages / "superseded" / "README.md").read_text()
+    assert "**not test results**" in superseded and "| pmlm/ft lr 1e-3 noise 0.2 lp 1.5 dropout 0.2 | 5 |" in superseded
+    # the whole protocol
+    study.save_cells(store, fake_protocol())
+    study.write_report(args)
+    front = (pages / "README.md").read_text()
+    assert "64 of 64 dev cells, 47 of 47 finals." in front
+    assert "test result yet" not in front and "superseded cells" not in front and "an estimate from" not in front
+    # one title a page
+    for page in ("README.md", "tables.md", "samples.md", "superseded/README.md"):
+        text = (pages / page).read_text()
+        assert sum(line.startswith("# ") for line in text.splitlines()) == 1, page
+    # one answer table: each objective, its control, the gain with its interval
+    table = [line for line in front.splitlines() if line.startswith("| pmlm | ")][0]
+    cells = study.read_cells(store)
+    gain = study.interval(cells, "pmlm", "gigaword", "pmlm/no pre-training")
+    assert table.endswith(f"| {study.shown_gain(gain)} |") and gain[1] > 0
+    assert ("On Gigaword 10k, pre-training adds to unilm, pmlm, ernie_gen and palm (the gain's interval above zero)"
+            in front)
+    # ablations against their parents, the diagnostics, the links
+    assert "| palm/no copy/no pre-training | palm/no pre-training | " in front
+    assert "| ernie_gen/ft from pmlm | ERNIE-GEN's fine-tuning" in front and "50.0% (references 62.0%)" in front
+    assert "[tables.md](tables.md)" in front and "[samples.md](samples.md)" in front
+    tables = (pages / "tables.md").read_text()
+    assert "| pmlm | gigaword | 32 | " in tables and " | 1 | 7.00 ROUGE-L |" in tables
+    assert "| pmlm/AE only | 3 | " in tables and "| ernie_gen/ft from pmlm | 1 | " in tables
+    assert "**palm/no copy**" in (pages / "samples.md").read_text()
+    assert "the pages of" in capsys.readouterr().out
+
+
+class Axes:
+    """What a picture is asked to draw (matplotlib is the notebooks' optional requirement)."""
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *a, **kw: self.calls.append((name, a, kw))
+
+
+def test_the_pictures_draw_the_intervals():
+    cells = fake_protocol()
+    ax = Axes()
+    study.plot_answer(ax, cells, "gigaword")
+    bars = [(a, kw) for name, a, kw in ax.calls if name == "bar"]
+    # an objective and its control a bar each, the error bar its interval
+    value = study.interval(cells, "palm/no pre-training", "gigaword")
+    assert len(bars) == 8 and bars[-1][0][1] == value[0]
+    assert bars[-1][1]["yerr"] == [[value[0] - value[1]], [value[2] - value[0]]]
+    gain = study.interval(cells, "palm", "gigaword", "palm/no pre-training")
+    assert ("text" in [n for n, _, _ in ax.calls]) and any(
+        a[2] == f"{gain[0]:+.1f}\n[{gain[1]:+.1f}, {gain[2]:+.1f}]" for n, a, _ in ax.calls if n == "text")
+    ax = Axes()
+    pairs = [(study.SYSTEMS[n]["ablation_of"], n) for n in study.ABLATIONS]
+    study.plot_differences(ax, cells, "gigaword", pairs, "ablations")
+    points = [a for name, a, _ in ax.calls if name == "errorbar"]
+    assert len(points) == 6 and points[1][0] == study.interval(cells, "pmlm/AE only", "gigaword", "pmlm")[0]
+    # the superseded cells: mean and std over seeds, an objective and its control a bar each
+    ax = Axes()
+    study.plot_bars(ax, study.superseded_cells()["fine-tuning peak lr 1e-3"], "gigaword", "superseded")
+    assert [round(a[1], 2) for name, a, _ in ax.calls if name == "bar"][:2] == [24.76, 11.47]
+    # without cells: named, not drawn
+    ax = Axes()
+    study.plot_answer(ax, {}, "gigaword")
+    assert not any(name == "bar" for name, _, _ in ax.calls)
+    assert [a[2] for name, a, _ in ax.calls if name == "text"] == ["not run"] * 4
+
+
+def test_the_time_estimate_adds_measured_job_minutes():
+    cells = {"a": dict(system="pmlm", objective="pmlm", task="gigaword", seed=0, pretrained_as=None,
+                       pretrain=dict(seconds=240.0), finetune=dict(seconds=60.0), decode=dict(seconds=6.0)),
+             "b": dict(system="pmlm/no pre-training", objective="pmlm", task="gigaword", seed=0, pretrained_as=None,
+                       pretrain=None, finetune=dict(seconds=120.0), decode=dict(seconds=12.0))}
+    config = study.grid("pmlm", "gigaword", FULL)[0][0]
+    jobs = [("pre", "pmlm", 1), ("ft", "pmlm", "gigaword", 1), ("ft", "pmlm", "gigaword", 0, config)]
+    # 4 min + (1.5 + 0.15) + (1.5 + 4 x 0.15): the objective's mean fine-tuning, a decoding per length penalty
+    assert study.estimate(jobs, cells, FULL) == pytest.approx(4 + 1.65 + 2.1)
+    assert study.estimate(jobs, {}, FULL) is None
+
+
+# --- the scheduler ---------------------------------------------------------------------------------------------
 
 def test_plan_shares_pretraining_and_puts_seed_zero_first(tmp_path):
     args = study.parse_args(["--out", str(tmp_path), "--only",
-                             "ernie_gen,ernie_gen/ft noise 0,palm/no pre-training"])
+                             "ernie_gen,ernie_gen/ft from pmlm,palm/no pre-training", "--tasks", "gigaword"])
     names = study.systems_of(args)
-    assert names == ["ernie_gen", "palm/no pre-training", "ernie_gen/ft noise 0"]
-    todo = study.wanted_cells(names, ["gigaword"], args.seeds)
-    # the diagnostic runs one seed
-    assert ("ernie_gen/ft noise 0", "gigaword", 1) not in todo
+    assert names == ["ernie_gen", "palm/no pre-training", "ernie_gen/ft from pmlm"]
+    finals = study.wanted_cells(names, ["gigaword"], args.seeds)
+    # the diagnostic runs one seed; the grids of the two tuned systems come along
+    assert ("ernie_gen/ft from pmlm", "gigaword", 1) not in finals and len(finals) == 7
+    cfg = study.settings(args)
+    wanted, todo = study.todo_cells(args, cfg, names, {})
+    assert len(wanted) == 16 + 7 and wanted[:16] == study.grid_cells(names, ["gigaword"], FULL)
     jobs = study.plan(todo, args)
     pres = [j for j in jobs if j[0] == "pre"]
-    # one pre-training per seed serves ernie_gen and its fine-tuning diagnostic; none for a control
-    assert pres == [("pre", "ernie_gen", 0), ("pre", "ernie_gen", 1), ("pre", "ernie_gen", 2)]
-    assert study.pre_of(("ft", "ernie_gen/ft noise 0", "gigaword", 0)) == ("pre", "ernie_gen", 0)
-    # the pre-training (long, and it gates two cells) before the control, which needs nothing
-    assert study.next_job(jobs, args) == ("pre", "ernie_gen", 0)
+    # one pre-training per seed serves ernie_gen and its diagnostics' seeds; none for a control
+    assert pres == [("pre", "ernie_gen", 0), ("pre", "pmlm", 0), ("pre", "ernie_gen", 1), ("pre", "ernie_gen", 2)]
+    assert study.pre_of(("ft", "ernie_gen/ft from pmlm", "gigaword", 0)) == ("pre", "pmlm", 0)
+    # the pre-training before a control's dev cell, which needs nothing; no final before its choice
+    assert study.next_job(jobs, args, {}, cfg) == ("pre", "ernie_gen", 0)
     without_pre = [j for j in jobs if j[0] != "pre"]
-    assert study.next_job(without_pre, args) == ("ft", "palm/no pre-training", "gigaword", 0)
-    # a pre-training done on this machine is not planned again
-    (study.pre_dir(args, "ernie_gen", 0)).mkdir(parents=True)
+    assert study.next_job(without_pre, args, {}, cfg)[:2] == ("ft", "palm/no pre-training")
+    # a pre-training done on this machine is not planned again; its dev cells come before the next pre-training
+    study.pre_dir(args, "ernie_gen", 0).mkdir(parents=True)
     (study.pre_dir(args, "ernie_gen", 0) / "done.json").write_text("{}")
     assert ("pre", "ernie_gen", 0) not in study.plan(todo, args)
-    assert study.ready(("ft", "ernie_gen/ft noise 0", "gigaword", 0), args)
-    # its fine-tunings now come before the next pre-training: they finish cells
     left = [j for j in jobs if j != ("pre", "ernie_gen", 0)]
-    assert study.next_job(left, args) == ("ft", "ernie_gen", "gigaword", 0)
-
-
-def test_only_seed_runs_one_seed_of_each_system():
-    """--only_seed K: one seed's cells, so a system's seeds can run on different GPUs or machines
-    (eighteenth session: a recipe's seeds 1 and 2, one study a GPU)."""
-    noise = "pmlm/AE only/ft lr 1e-3 noise 0.2"
-    args = study.parse_args(["--seeds", "3", "--only_seed", "1", "--only", f"pmlm/AE only,{noise},"
-                             "pmlm/AE only/ft lr 1e-3"])
-    todo = study.wanted_cells(study.systems_of(args), ["gigaword"], args.seeds, args.only_seed)
-    # a one-seed recipe (seed 0) has no seed 1
-    assert todo == [("pmlm/AE only", "gigaword", 1), (noise, "gigaword", 1)]
-    # its fine-tunings reuse seed 1's pre-training of pmlm/AE only, planned once
-    assert [j for j in study.plan(todo, args) if j[0] == "pre"] == [("pre", "pmlm/AE only", 1)]
-    assert len(study.wanted_cells([noise], ["gigaword"], 3)) == 3
-    for bad in (["--only_seed", "3"], ["--only_seed", "-2"], ["--seeds", "1", "--only_seed", "1"]):
-        with pytest.raises(study.UsageError, match="--only_seed"):
-            study.parse_args(bad)
+    assert study.next_job(left, args, {}, cfg)[:4] == ("ft", "ernie_gen", "gigaword", 0)
+    # once ernie_gen's choice is made, its final of seed 0 goes first
+    cells = grid_of("ernie_gen", "gigaword", range(8))
+    assert study.next_job(left, args, cells, cfg) == ("ft", "ernie_gen", "gigaword", 0)
 
 
 def test_plan_starts_the_longest_pretraining_of_a_seed_first(tmp_path):
     """Within a seed the pre-trainings go longest first (their wall time in earlier cells), so the
-    last to start, when the slots run out, are the short ones (twelfth session's 4x H200 calls)."""
+    last to start, when the slots run out, are the short ones."""
     args = study.parse_args(["--out", str(tmp_path), "--only", "unilm,palm,pmlm"])
     todo = study.wanted_cells(study.systems_of(args), ["gigaword"], 2)
     cells = {f"{n}-{k}": dict(system=n, seed=k, pretrained_as=None, pretrain=dict(seconds=s))
@@ -148,18 +447,30 @@ def test_plan_starts_the_longest_pretraining_of_a_seed_first(tmp_path):
 
 
 def test_cells_round_trip_and_other_settings_are_ignored(tmp_path, capsys):
-    cfg = study.settings(study.parse_args(["--tiny"]))
-    cell = dict(system="ernie_gen/no span flow", task="gigaword", seed=2,
-                settings=study.settings_key(cfg))
-    assert study.cell_stem(cell["system"], "gigaword", 2) == "ernie_gen-no-span-flow__gigaword__seed2"
+    cell = dict(system="ernie_gen/no span flow", task="gigaword", seed=2, settings=study.settings_key(TINY))
+    assert study.stem_of(cell) == "ernie_gen-no-span-flow__gigaword__seed2"
+    assert study.cell_stem("pmlm", "gigaword", 0, "lr 1e-3 dropout 0.1") == "pmlm__gigaword__seed0__lr-1e-3-dropout-0-1"
     study.write_cell(tmp_path / "a.jsonl", cell)
-    study.write_cell(tmp_path / "dir", cell)
-    assert study.read_cells(tmp_path / "a.jsonl") == study.read_cells(tmp_path / "dir")
     other = dict(cell, seed=1, settings=dict(cell["settings"], batch=999))
-    study.write_cell(tmp_path / "dir", other)
-    done = study.done_cells([tmp_path / "dir", ""], cfg)
+    study.write_cell(tmp_path / "a.jsonl", other)
+    # a later line of the same stem replaces the earlier one
+    study.write_cell(tmp_path / "a.jsonl", dict(cell, note="again"))
+    cells = study.read_cells(tmp_path / "a.jsonl")
+    assert list(cells) == ["ernie_gen-no-span-flow__gigaword__seed2", "ernie_gen-no-span-flow__gigaword__seed1"]
+    assert cells["ernie_gen-no-span-flow__gigaword__seed2"]["note"] == "again"
+    # saved: one cell a line, sorted by stem, read back the same
+    study.save_cells(tmp_path / "b.jsonl", cells)
+    assert study.read_cells(tmp_path / "b.jsonl") == cells
+    assert list(study.read_cells(tmp_path / "b.jsonl")) == sorted(cells)
+    assert study.read_cells(tmp_path / "none.jsonl") == {}
+    with pytest.raises(study.UsageError, match="a folder"):
+        study.read_cells(tmp_path)
+    done = study.done_cells([tmp_path / "b.jsonl", ""], TINY)
     assert list(done) == ["ernie_gen-no-span-flow__gigaword__seed2"]
     assert "1 cell(s) ran with other settings" in capsys.readouterr().out
+    # the superseded cells (another protocol) are never done cells of this one
+    for cells in study.superseded_cells().values():
+        assert cells and not any(c.get("settings") == study.settings_key(FULL) for c in cells.values())
 
 
 def test_every_ablation_names_a_system_and_every_objective_a_control():
@@ -168,61 +479,93 @@ def test_every_ablation_names_a_system_and_every_objective_a_control():
         assert "," not in name
         assert spec["ablation_of"] in (None, *study.SYSTEMS), name
         assert spec["pretrained_as"] in (None, *study.SYSTEMS), name
-    for objective in study.COLORS:
+    for objective in study.OBJECTIVES:
         assert study.SYSTEMS[f"{objective}/no pre-training"]["control"]
+    assert set(study.ABLATIONS) | set(study.SWAPS) | set(study.OBJECTIVES) >= {
+        n for n in study.SYSTEMS if not study.SYSTEMS[n]["control"]}
 
 
-def test_a_recipe_system_fine_tunes_with_its_own_flags_and_decodes_with_its_length_penalty(
-        tmp_path, monkeypatch):
-    """The recipe search's systems: their fine-tuning options reach train.py after the study's own
-    flags (the last one wins: config.parse_args reads lr 1e-3, not the study's 3e-4), their
-    pre-training is pmlm/AE only's, and their length penalty replaces the task's in decoding."""
-    import config
+def fake_run(tmp_path, monkeypatch, outcomes=None):
+    """study.run_cell's train.main replaced by a recorder (each call's flags; outcomes: exit codes to raise in
+    turn), its scoring and FLOPs by stand-ins; the pre-training of pmlm seed 0 done."""
     import train
     args = study.parse_args(["--out", str(tmp_path), "--data_dir", str(tmp_path)])
-    cfg = study.settings(args)
-    seen = {}
-    monkeypatch.setattr(train, "main", lambda flags: seen.update(flags=flags))
-    monkeypatch.setattr(study, "finetune_flops", lambda ckpt, task, batch, args: seen.update(batch=batch) or 1.0)
-    monkeypatch.setattr(study, "score", lambda ckpt, task, cfg, args, lp: seen.update(lp=lp) or {})
-    (tmp_path / "squad_qg").mkdir()
-    for name, line in (("src-dev.txt", "a paragraph ."), ("tgt-dev.txt", "a question ?")):
-        (tmp_path / "squad_qg" / name).write_text(f"{line}\n" * 10)
-    pre = study.pre_dir(args, "pmlm/AE only", 0)
-    pre.mkdir(parents=True)
-    (pre / "done.json").write_text("{}")
-    study.run_cell("pmlm/AE only/ft lr 1e-3", "gigaword", 0, cfg, args)
-    train_cfg = config.parse_args(seen["flags"])[0]
-    assert train_cfg.lr == 1e-3 and train_cfg.init_from == str(pre / "ckpt.pt")
-    # fine-tunings run eager unless --ft_compile says otherwise (pre-trainings follow --compile)
-    assert train_cfg.compile == "false" and args.compile == "auto"
-    assert seen["lp"] == study.TASKS["gigaword"]["lp"] == 0.6 and seen["batch"] == 64
-    args.ft_compile = "true"
-    study.run_cell("pmlm/AE only/ft batch 32", "squad_qg", 0, cfg, args)
-    assert config.parse_args(seen["flags"])[0].compile == "true"
-    assert config.parse_args(seen["flags"])[0].batch_size == 32 and seen["batch"] == 32
-    study.run_cell("pmlm/AE only/ft lr 1e-3 longer outputs", "squad_qg", 0, cfg, args)
-    assert config.parse_args(seen["flags"])[0].lr == 1e-3 and seen["lp"] == 2.0
-    stem = "pmlm-ae-only-ft-lr-1e-3-longer-outputs__squad_qg__seed0"
-    cell = json.loads((tmp_path / "staged" / f"{stem}.json").read_text())
-    assert cell["pretrained_as"] == "pmlm/AE only" and cell["objective"] == "pmlm"
+    seen = []
+    outcomes = list(outcomes or [])
+
+    def main(flags):
+        seen.append(flags)
+        if outcomes and (code := outcomes.pop(0)):
+            raise SystemExit(code)
+    monkeypatch.setattr(train, "main", main)
+    monkeypatch.setattr(study, "finetune_flops", lambda *a: 1.0)
+    monkeypatch.setattr(study, "score", lambda ckpt, task, split, lps, cfg, args: dict(scored=(split, lps)))
+    Path(args.cache_dir).mkdir(parents=True)
+    (Path(args.cache_dir) / f"study-vocab-{FULL['vocab']}.txt").write_text("")
+    for name in ("pmlm", "ernie_gen"):
+        study.pre_dir(args, name, 0).mkdir(parents=True)
+        (study.pre_dir(args, name, 0) / "done.json").write_text("{}")
+    return args, seen
 
 
-def test_another_fine_tuning_lr_is_another_study(tmp_path, capsys):
-    """--ft_lr (the recipe search's lead, 1e-3): every job gets it, every cell records it, and the
-    committed cells of the study's 3e-4 are not taken as done for it."""
-    base = study.parse_args(["--out", str(tmp_path)])
-    other = study.parse_args(["--out", str(tmp_path), "--ft_lr", "1e-3"])
-    assert study.settings(base)["ft_lr"] == 3e-4 and study.settings(other)["ft_lr"] == 1e-3
-    flags = study.forwarded(other)
-    assert study.parse_args(["job", "[]"] + flags).ft_lr == 1e-3
-    cell = dict(system="pmlm", task="gigaword", seed=0, settings=study.settings_key(study.settings(base)))
-    study.write_cell(tmp_path / "cells", cell)
-    assert len(study.done_cells([tmp_path / "cells"], study.settings(base))) == 1
-    assert study.done_cells([tmp_path / "cells"], study.settings(other)) == {}
-    assert "1 cell(s) ran with other settings" in capsys.readouterr().out
-    with pytest.raises(study.UsageError, match="--pre_lr and --ft_lr must be > 0"):
-        study.parse_args(["--ft_lr", "0"])
+def staged(args, stem):
+    return json.loads((Path(args.out) / "staged" / f"{stem}.json").read_text())
+
+
+def test_a_cell_fine_tunes_with_its_spec_on_its_part_of_the_data(tmp_path, monkeypatch):
+    """A dev cell fine-tunes on the selection's training pairs with its grid options (the last flag wins over the
+    study's) and is scored on dev at every length penalty; a final on every training pair and on test; a swap
+    starts from the other system's pre-training."""
+    import config
+    args, seen = fake_run(tmp_path, monkeypatch)
+    config_, options = study.grid("pmlm", "gigaword", FULL)[5]
+    study.run_cell(study.job_spec(("ft", "pmlm", "gigaword", 0, config_), FULL, {}), FULL, args)
+    train_cfg = config.parse_args(seen[-1])[0]
+    assert train_cfg.lr == options["lr"] and train_cfg.data == str(study.split_file("gigaword", "select", args))
+    assert train_cfg.init_from == str(study.pre_dir(args, "pmlm", 0) / "ckpt.pt") and train_cfg.compile == "false"
+    assert config.parse_args(seen[-1])[1]["dropout"] == options["dropout"]
+    cell = staged(args, study.cell_stem("pmlm", "gigaword", 0, config_))
+    assert cell["split"] == "dev" and cell["config"] == config_ and cell["scored"] == ["dev", FULL["grid"]["lp"]]
+    cells = grid_of("ernie_gen", "gigaword", range(8))
+    study.run_cell(study.job_spec(("ft", "ernie_gen/ft from pmlm", "gigaword", 0), FULL, cells), FULL, args)
+    train_cfg = config.parse_args(seen[-1])[0]
+    assert train_cfg.data == str(study.split_file("gigaword", "final", args))
+    assert train_cfg.init_from == str(study.pre_dir(args, "pmlm", 0) / "ckpt.pt")
+    cell = staged(args, "ernie_gen-ft-from-pmlm__gigaword__seed0")
+    assert cell["split"] == "test" and cell["scored"] == ["test", [1.0]] and cell["chosen"]["system"] == "ernie_gen"
+    assert cell["pretrained_as"] == "pmlm" and cell["finetune"]["flops"] == FULL["ft_steps"]
+
+
+def test_a_fine_tuning_that_diverges_on_sdpa_runs_again_written_out(tmp_path, monkeypatch, capsys):
+    """A loss gone non-finite (train.py's exit DIVERGED) on SDPA: the same fine-tuning again on the written-out
+    attention; diverged on both, the cell is done without scores (not run again) and a choice skips it. Any other
+    failure stays a failure."""
+    import config
+    import train
+    args, seen = fake_run(tmp_path, monkeypatch, [train.DIVERGED, 0])
+    config_ = study.grid("pmlm", "gigaword", FULL)[0][0]
+    spec = study.job_spec(("ft", "pmlm/no pre-training", "gigaword", 0, config_), FULL, {})
+    study.run_cell(spec, FULL, args)
+    assert [config.parse_args(f)[1]["attn_impl"] for f in seen] == ["sdpa", "naive"]
+    stem = study.cell_stem("pmlm/no pre-training", "gigaword", 0, config_)
+    assert staged(args, stem)["finetune"]["attn"] == "naive" and "scored" in staged(args, stem)
+    args, seen = fake_run(tmp_path / "again", monkeypatch, [train.DIVERGED, train.DIVERGED])
+    study.run_cell(spec, FULL, args)
+    store = tmp_path / "store.jsonl"
+    assert study.collect(("ft", "pmlm/no pre-training", "gigaword", 0, config_), args, store, {}) == 1
+    assert f"cell {stem}: diverged" in capsys.readouterr().out
+    cell = study.read_cells(store)[stem]
+    assert cell["diverged"] is True and "by_lp" not in cell and cell["finetune"]["attn"] is None
+    args, _ = fake_run(tmp_path / "other", monkeypatch, [1])
+    with pytest.raises(SystemExit):
+        study.run_cell(spec, FULL, args)
+
+
+def test_copy_rate_counts_the_words_found_in_their_own_source():
+    assert study.copy_rate(["a b c d", "x y"], ["a c e", "y"]) == 100 * 3 / 6
+    assert study.copy_rate([""], ["a"]) == 0.0
+    # a word counts where its OWN source has it, not another's
+    assert study.copy_rate(["a", "b"], ["b", "a"]) == 0.0
 
 
 def test_pack_reaches_every_job_and_records_the_layout(tmp_path, monkeypatch):
@@ -238,38 +581,40 @@ def test_pack_reaches_every_job_and_records_the_layout(tmp_path, monkeypatch):
     assert (job.pack, job.ft_pack) == ("true", "auto")
     default = study.parse_args(["--out", str(tmp_path)])
     assert (default.pack, default.ft_pack) == ("auto", "false")
-    cfg = study.settings(args)
-    assert "pack" not in study.settings_key(cfg) and "ft_pack" not in study.settings_key(cfg)
+    assert "pack" not in study.settings_key(FULL) and "ft_pack" not in study.settings_key(FULL)
     seen = {}
     monkeypatch.setattr(train, "main", lambda flags: seen.update(flags=flags))
     monkeypatch.setattr(study, "pretrain_steps", lambda *a: (10, 1.0))
-    study.run_pretraining("pmlm", 0, cfg, args)
+    study.run_pretraining("pmlm", 0, FULL, args)
     pre = study.pre_dir(args, "pmlm", 0)
     assert config.parse_args(seen["flags"])[0].pack == "true"
     assert json.loads((pre / "done.json").read_text())["packed"] is True
     # a pre-training stopped by the time limit resumes with the same layout
     (pre / "done.json").unlink()
     (pre / "ckpt.pt").write_text("")
-    study.run_pretraining("pmlm", 0, cfg, args)
+    study.run_pretraining("pmlm", 0, FULL, args)
     assert seen["flags"][:1] == ["--resume"] and "--pack" in seen["flags"]
     assert seen["flags"][seen["flags"].index("--pack") + 1] == "true"
-    monkeypatch.setattr(study, "finetune_flops", lambda ckpt, task, batch, args: 1.0)
-    monkeypatch.setattr(study, "score", lambda ckpt, task, cfg, args, lp: {})
+    monkeypatch.setattr(study, "score", lambda *a: {})
     Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt").write_text("")
+    (Path(args.cache_dir) / f"study-vocab-{FULL['vocab']}.txt").write_text("")
+    config_ = study.grid("pmlm", "gigaword", FULL)[0][0]
+    spec = study.job_spec(("ft", "pmlm/no pre-training", "gigaword", 0, config_), FULL, {})
     for pack, layout in (("true", True), ("false", False)):
         args.ft_pack = pack
-        study.run_cell("pmlm/no pre-training", "gigaword", 0, cfg, args)
+        study.run_cell(spec, FULL, args)
         assert config.parse_args(seen["flags"])[0].pack == pack
-        cell = json.loads((tmp_path / "staged" / "pmlm-no-pre-training__gigaword__seed0.json").read_text())
+        cell = staged(args, study.cell_stem("pmlm/no pre-training", "gigaword", 0, config_))
         assert cell["finetune"]["packed"] is layout
-    # the page says how the cells' batches were laid out; a record without the field predates --pack
+    # the tables say how the cells' batches were laid out
     cells = {"a": dict(system="pmlm", seed=0, pretrained_as=None, pretrain=dict(packed=True),
                        finetune=dict(packed=False)),
              "b": dict(system="pmlm/AE only", seed=0, pretrained_as=None, pretrain=dict(seconds=1.0),
-                       finetune=dict(packed=True)),
+                       finetune=dict(packed=True, attn="naive")),
              "c": dict(system="pmlm/no pre-training", seed=0, pretrained_as=None, pretrain=None, finetune={})}
-    assert study.layout(cells).endswith("pre-trainings 1 of 2 packed, fine-tunings 1 of 3 packed.")
+    assert study.layout(cells) == ("Batches (study.py --pack, --ft_pack; the others one passage a row): pre-trainings "
+                                   "1 of 2 packed, fine-tunings 1 of 3 packed. Fine-tunings finished on the "
+                                   "written-out attention: 1 of 3.")
     # auto follows train.py's default device
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     assert study.packed("auto") is True
@@ -277,94 +622,87 @@ def test_pack_reaches_every_job_and_records_the_layout(tmp_path, monkeypatch):
     assert study.packed("auto") is False
 
 
-def test_a_diverged_fine_tuning_is_a_cell_without_scores(tmp_path, monkeypatch, capsys):
-    """Fine-tuning from random weights at lr 1e-3 diverged twice at the same step (eleventh session):
-    train.py stops such a run with exit status DIVERGED, and the study keeps it as a done cell
-    without scores (not run again), leaves it out of the means and names it on the page. Any other
-    failure stays a failure."""
-    import train
-    args = study.parse_args(["--out", str(tmp_path), "--data_dir", str(tmp_path), "--ft_lr", "1e-3"])
+def test_tasks_and_attention_reach_the_jobs(tmp_path):
+    """--tasks runs a subset of the tasks, whose cells stay those of the whole study; --ft_attn is the
+    fine-tunings' first attention, forwarded to every job."""
+    args = study.parse_args(["--out", str(tmp_path), "--tasks", "squad_qg", "--ft_attn", "naive"])
     cfg = study.settings(args)
-    Path(args.cache_dir).mkdir(parents=True)
-    (Path(args.cache_dir) / f"study-vocab-{cfg['vocab']}.txt").write_text("")
-
-    def diverges(flags):
-        raise SystemExit(train.DIVERGED)
-    monkeypatch.setattr(train, "main", diverges)
-    name, stem = "unilm/no pre-training", "unilm-no-pre-training__gigaword__seed1"
-    study.run_cell(name, "gigaword", 1, cfg, args)
-    store = tmp_path / "store"
-    assert study.collect(("ft", name, "gigaword", 1), args, store) == 1
-    assert f"cell {stem}: diverged" in capsys.readouterr().out
-    cell = study.read_cells(store)[stem]
-    assert cell["diverged"] is True and "scores" not in cell
-    # a system whose every cell diverged is named so, not "not run yet"
-    assert study.absent(study.read_cells(store), name, "gigaword") == "every seed diverged (1)"
-    assert study.absent(study.read_cells(store), "pmlm", "gigaword") == "not run yet"
-    full = {m: dict(f=20.0, low=19.0, high=21.0) for m in ("rouge1", "rouge2", "rougeL")}
-    other = tmp_path / "other"
-    study.write_cell(other, cell)
-    study.write_cell(other, dict(cell, system="unilm", diverged=False, scores=full, teacher_forced_acc=30.0,
-                                 decode=dict(seconds=1.0), finetune=dict(steps=1500, seconds=60.0, flops=1.0),
-                                 examples=[], card="cpu", torch="2"))
-    alone = study.read_cells(other)
-    said = "- unilm vs its control on gigaword: its control: every seed diverged (1)"
-    assert said in study.goals(alone, ["gigaword"])
-    assert f"| unilm | {name} | {name}: every seed diverged (1) |" in study.gains(alone, ["gigaword"])
-    # done: the next run does not try it again
-    done = study.done_cells([store], cfg)
-    todo = [c for c in study.wanted_cells([name], ["gigaword"]) if study.cell_stem(*c) not in done]
-    assert todo == [(name, "gigaword", 0), (name, "gigaword", 2)]
-    # the two seeds that trained make the mean; the page names the third
-    for seed, rl in ((0, 10.0), (2, 12.0)):
-        scores = {m: dict(f=rl, low=rl - 1, high=rl + 1) for m in ("rouge1", "rouge2", "rougeL")}
-        study.write_cell(store, dict(cell, seed=seed, diverged=False, scores=scores,
-                                     teacher_forced_acc=20.0, decode=dict(seconds=1.0),
-                                     finetune=dict(steps=1500, seconds=60.0, flops=1.0),
-                                     examples=[], card="cpu", torch="2"))
-    cells = study.read_cells(store)
-    mean, std, _, n = study.summary(cells, name, "gigaword", "rougeL")
-    assert (mean, n) == (11.0, 2)
-    page = study.report(cells, ["gigaword"], [name])
-    assert f"| {name} | 2 (1 more diverged) | " in page
-    assert f"{name}, gigaword, seed 1" in page
-    # any other exit is a failure, not a cell
-    monkeypatch.setattr(train, "main", lambda flags: sys.exit(1))
-    with pytest.raises(SystemExit):
-        study.run_cell(name, "gigaword", 0, cfg, args)
+    assert cfg["tasks"] == ["squad_qg"]
+    job = study.parse_args(["job", "[]"] + study.forwarded(args))
+    assert study.settings(job) == cfg and job.ft_attn == "naive"
+    assert study.settings_key(cfg) == study.settings_key(FULL)
+    assert study.settings(study.parse_args(["--tasks", "squad_qg,gigaword"]))["tasks"] == ["gigaword", "squad_qg"]
+    for bad in ("", "cnn", "gigaword,cnn"):
+        with pytest.raises(study.UsageError, match="--tasks"):
+            study.parse_args(["--tasks", bad])
 
 
-def test_copy_rate_counts_the_words_found_in_their_own_source():
-    assert study.copy_rate(["a b c d", "x y"], ["a c e", "y"]) == 100 * 3 / 6
-    assert study.copy_rate([""], ["a"]) == 0.0
-    # a word counts where its OWN source has it, not another's
-    assert study.copy_rate(["a", "b"], ["b", "a"]) == 0.0
+def test_jobs_go_to_the_gpus_the_run_may_use(tmp_path, monkeypatch):
+    """A job's slot picks its GPU among the run's own: 0..gpus-1, or the CUDA_VISIBLE_DEVICES the
+    scheduler was started with (several studies side by side, one a GPU)."""
+    seen = []
+    monkeypatch.setattr(study.subprocess, "Popen", lambda cmd, *a, env=None, **kw: seen.append(env))
+    job = ("pre", "pmlm", 0)
+    for visible, gpus, wanted in (("", 2, ["0", "1", "0"]), ("3", 1, ["3", "3", "3"]),
+                                  ("2,5", 2, ["2", "5", "2"])):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        args = study.parse_args(["--gpus", str(gpus), "--per_gpu", "2", "--out", str(tmp_path)])
+        seen.clear()
+        for slot in range(3):
+            study.start_job(job, job, slot, args, tmp_path)
+        assert [e["CUDA_VISIBLE_DEVICES"] for e in seen] == wanted
+    # the CPU's threads: the scheduler's own OMP_NUM_THREADS where set, else the cores over the slots
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    study.start_job(job, job, 0, args, tmp_path)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    study.start_job(job, job, 0, args, tmp_path)
+    assert [e["OMP_NUM_THREADS"] for e in seen[-2:]] == ["3", str(max(1, (os.cpu_count() or 2) // 4))]
 
 
-def test_a_folder_page_names_the_three_seed_systems_and_the_others_it_ran(tmp_path, capsys):
-    """A cells folder's page (report --cells): every three-seed system, a missing one as not run yet;
-    a one-seed diagnostic or recipe variant only where the folder has its cells (the lr 1e-3 study
-    runs none of them, and its page listed 13 of them as not run yet)."""
-    store = tmp_path / "cells"
-    scores = {m: dict(f=20.0, low=19.0, high=21.0) for m in ("rouge1", "rouge2", "rougeL")}
-    for name in ("unilm", "unilm/no pre-training", "ernie_gen/ft noise 0.3"):
-        study.write_cell(store, dict(system=name, task="gigaword", seed=0, settings={"ft_lr": 1e-3},
-                                     scores=scores, teacher_forced_acc=20.0, decode=dict(seconds=1.0),
-                                     pretrain=None, finetune=dict(steps=1500, seconds=60.0, flops=1.0),
-                                     examples=[], card="cpu", torch="2"))
-    page = tmp_path / "page.md"
-    study.write_report(study.parse_args(["report", "--cells", str(store), "--page", str(page)]))
-    assert "3 cell(s) of 3 systems" in capsys.readouterr().out
-    text = page.read_text()
-    assert "| unilm | 1 |" in text and "| ernie_gen/ft noise 0.3 | 1 |" in text
-    # cells from before the copy rate was measured show none
-    assert "| 0.00e+00 + 1.00e+00 | - |" in text
-    assert "| unilm/no seq2seq LM | not run yet |" in text
-    assert "ernie_gen/ft noise 0 |" not in text and "pmlm/AE only/ft lr 1e-4" not in text
-    # what pre-training adds: the pairs of the systems on the page
-    assert "| unilm | unilm/no pre-training | +0.00 ROUGE-L" in text
-    assert "| ernie_gen/ft noise 0 | ernie_gen/ft noise 0/no pre-training |" not in text
+def test_mps_daemon_is_the_runs_own_and_reaches_every_job(tmp_path, monkeypatch):
+    """--mps: the control daemon starts with this run's own pipe and log folders, every job's
+    environment names them, and the daemon is told to quit when the run ends, even by an error.
+    (A stand-in for NVIDIA's control program records how it is called: CI has no GPU.)"""
+    calls = tmp_path / "calls.jsonl"
+    fake = tmp_path / "bin" / study.MPS_CONTROL
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"open({str(calls)!r}, 'a').write(json.dumps([sys.argv[1:], sys.stdin.read() if "
+                    "len(sys.argv) == 1 else '', os.environ.get('CUDA_MPS_PIPE_DIRECTORY')]) + '\\n')\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    with pytest.raises(study.UsageError, match="--mps shares GPUs"):
+        study.parse_args(["--mps"])
+    args = study.parse_args(["--mps", "--gpus", "2", "--per_gpu", "4", "--out", str(tmp_path / "out")])
+    seen = {}
+    real_popen = subprocess.Popen
 
+    def popen(cmd, *rest, env=None, **kwargs):
+        if cmd[0] == study.MPS_CONTROL:          # the daemon's control program itself (subprocess.run)
+            return real_popen(cmd, *rest, env=env, **kwargs)
+        seen.setdefault("envs", []).append(env)
+        return "a job's process"
+    monkeypatch.setattr(study.subprocess, "Popen", popen)
+    with pytest.raises(RuntimeError, match="a job went wrong"):
+        with study.multi_process_service(args) as env:
+            args.job_env = env
+            assert Path(env["CUDA_MPS_PIPE_DIRECTORY"]).is_dir() and Path(env["CUDA_MPS_LOG_DIRECTORY"]).is_dir()
+            for slot in (0, 5):
+                study.start_job(("pre", "pmlm", 0), ("pre", "pmlm", 0), slot, args, tmp_path)
+            raise RuntimeError("a job went wrong")
+    started, stopped = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert started == [["-d"], "", env["CUDA_MPS_PIPE_DIRECTORY"]]
+    assert stopped == [[], "quit\n", env["CUDA_MPS_PIPE_DIRECTORY"]]
+    assert [e["CUDA_MPS_PIPE_DIRECTORY"] for e in seen["envs"]] == [env["CUDA_MPS_PIPE_DIRECTORY"]] * 2
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in seen["envs"]] == ["0", "1"]
+    assert not Path(env["CUDA_MPS_PIPE_DIRECTORY"]).exists()           # its folders go with it
+    # without --mps: no daemon, the jobs' environment is the scheduler's own
+    with study.multi_process_service(study.parse_args(["--gpus", "1"])) as env:
+        assert env == {}
+    assert len(calls.read_text().splitlines()) == 2
+
+
+# --- UniLMv2's AE-only ablation (pmlm's `par` option) ------------------------------------------------------------
 
 def test_pmlm_ae_only_appends_nothing_and_is_l_ae():
     """UniLMv2 4.6, Table 6 '- PAR': the same corrupted context, no block appended, the loss is L_AE."""
@@ -406,261 +744,3 @@ def test_pmlm_par_option_does_not_change_fine_tuning():
     b = get_objective("pmlm", tok, task="seq2seq", max_len=64, par=False).make_batch(
         pair, random.Random(1))
     assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.labels, b.labels)
-
-
-def test_jobs_go_to_the_gpus_the_run_may_use(tmp_path, monkeypatch):
-    """A job's slot picks its GPU among the run's own: 0..gpus-1, or the CUDA_VISIBLE_DEVICES the
-    scheduler was started with (several studies side by side, one a GPU)."""
-    seen = []
-    monkeypatch.setattr(study.subprocess, "Popen", lambda cmd, *a, env=None, **kw: seen.append(env))
-    for visible, gpus, wanted in (("", 2, ["0", "1", "0"]), ("3", 1, ["3", "3", "3"]),
-                                  ("2,5", 2, ["2", "5", "2"])):
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-        args = study.parse_args(["--gpus", str(gpus), "--per_gpu", "2", "--out", str(tmp_path)])
-        seen.clear()
-        for slot in range(3):
-            study.start_job(("pre", "pmlm", 0), slot, args, tmp_path)
-        assert [e["CUDA_VISIBLE_DEVICES"] for e in seen] == wanted
-    # the CPU's threads: the scheduler's own OMP_NUM_THREADS where set, else the cores over the slots
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    study.start_job(("pre", "pmlm", 0), 0, args, tmp_path)
-    monkeypatch.delenv("OMP_NUM_THREADS")
-    study.start_job(("pre", "pmlm", 0), 0, args, tmp_path)
-    assert [e["OMP_NUM_THREADS"] for e in seen[-2:]] == ["3", str(max(1, (os.cpu_count() or 2) // 4))]
-
-
-def test_mps_daemon_is_the_runs_own_and_reaches_every_job(tmp_path, monkeypatch):
-    """--mps: the control daemon starts with this run's own pipe and log folders, every job's
-    environment names them, and the daemon is told to quit when the run ends, even by an error.
-    (A stand-in for NVIDIA's control program records how it is called: CI has no GPU.)"""
-    calls = tmp_path / "calls.jsonl"
-    fake = tmp_path / "bin" / study.MPS_CONTROL
-    fake.parent.mkdir()
-    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                    f"open({str(calls)!r}, 'a').write(json.dumps([sys.argv[1:], sys.stdin.read() if "
-                    "len(sys.argv) == 1 else '', os.environ.get('CUDA_MPS_PIPE_DIRECTORY')]) + '\\n')\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    with pytest.raises(study.UsageError, match="--mps shares GPUs"):
-        study.parse_args(["--mps"])
-    args = study.parse_args(["--mps", "--gpus", "2", "--per_gpu", "4", "--out", str(tmp_path / "out")])
-    seen = {}
-    real_popen = subprocess.Popen
-
-    def popen(cmd, *rest, env=None, **kwargs):
-        if cmd[0] == study.MPS_CONTROL:          # the daemon's control program itself (subprocess.run)
-            return real_popen(cmd, *rest, env=env, **kwargs)
-        seen.setdefault("envs", []).append(env)
-        return "a job's process"
-    monkeypatch.setattr(study.subprocess, "Popen", popen)
-    with pytest.raises(RuntimeError, match="a job went wrong"):
-        with study.multi_process_service(args) as env:
-            args.job_env = env
-            assert Path(env["CUDA_MPS_PIPE_DIRECTORY"]).is_dir() and Path(env["CUDA_MPS_LOG_DIRECTORY"]).is_dir()
-            for slot in (0, 5):
-                study.start_job(("pre", "pmlm", 0), slot, args, tmp_path)
-            raise RuntimeError("a job went wrong")
-    started, stopped = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert started == [["-d"], "", env["CUDA_MPS_PIPE_DIRECTORY"]]
-    assert stopped == [[], "quit\n", env["CUDA_MPS_PIPE_DIRECTORY"]]
-    assert [e["CUDA_MPS_PIPE_DIRECTORY"] for e in seen["envs"]] == [env["CUDA_MPS_PIPE_DIRECTORY"]] * 2
-    assert [e["CUDA_VISIBLE_DEVICES"] for e in seen["envs"]] == ["0", "1"]
-    assert not Path(env["CUDA_MPS_PIPE_DIRECTORY"]).exists()           # its folders go with it
-    # without --mps: no daemon, the jobs' environment is the scheduler's own
-    with study.multi_process_service(study.parse_args(["--gpus", "1"])) as env:
-        assert env == {}
-    assert len(calls.read_text().splitlines()) == 2
-
-
-def test_task_sources_corpus_adds_only_training_sources(tmp_path):
-    """--corpus shared+task_sources: the shared corpus's files and, one document each, Gigaword's
-    training articles and SQuAD QG's training sentences (once each); no target and no held-out source."""
-    data_dir = tmp_path / "data"
-    (data_dir / "corpus").mkdir(parents=True)
-    (data_dir / "corpus" / "book.txt").write_text("first paragraph .\n\nsecond paragraph .\n")
-    (data_dir / "gigaword10k").mkdir()
-    (data_dir / "gigaword10k" / "train.article.txt").write_text("article one .\narticle two .\n")
-    (data_dir / "gigaword10k" / "train.title.txt").write_text("title one\ntitle two\n")
-    (data_dir / "squad_qg").mkdir()
-    src = [f"sentence {i} ." for i in (0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9)]
-    (data_dir / "squad_qg" / "src-dev.txt").write_text("".join(s + "\n" for s in src))
-    (data_dir / "squad_qg" / "tgt-dev.txt").write_text("".join(f"question {i} ?\n" for i in range(12)))
-    args = study.parse_args(["--out", str(tmp_path / "out"), "--data_dir", str(data_dir),
-                             "--corpus", "shared+task_sources"])
-    cfg = study.settings(args)
-    assert cfg["corpus"] == "shared+task_sources"
-    import data
-    docs = [d.text for d in data.read_documents(study.corpus_path(cfg, args))]
-    held_out = (tmp_path / "out" / "squad_qg" / "test.src").read_text().split("\n")
-    # the last 10% (whole paragraphs: sentence 9's two questions) is held out
-    assert held_out[:2] == ["sentence 9 .", "sentence 9 ."]
-    assert sorted(docs) == sorted(["first paragraph .", "second paragraph .", "article one .",
-                                   "article two ."] + [f"sentence {i} ." for i in range(9)])
-    # the default corpus is the shared one, and the first study's cells name no corpus
-    base = study.parse_args(["--out", str(tmp_path / "out"), "--data_dir", str(data_dir)])
-    assert "corpus" not in study.settings(base)
-    assert study.corpus_path(study.settings(base), base) == str(data_dir / "corpus")
-    assert study.vocab_path(cfg, args) != study.vocab_path(study.settings(base), base)
-    with pytest.raises(study.UsageError, match="--tiny reads the embedded corpus"):
-        study.parse_args(["--tiny", "--corpus", "shared+task_sources"])
-
-
-def test_ft_warmup_and_tasks_reach_the_jobs_and_the_cells(tmp_path, monkeypatch):
-    """--ft_warmup is a setting (recorded where given, train.py's --warmup_steps in every fine-tuning);
-    --tasks runs a subset of the tasks, whose cells stay those of the whole study."""
-    import config
-    import train
-    args = study.parse_args(["--out", str(tmp_path), "--ft_warmup", "300", "--tasks", "squad_qg",
-                             "--corpus", "shared+task_sources"])
-    cfg = study.settings(args)
-    assert cfg["ft_warmup"] == 300 and cfg["tasks"] == ["squad_qg"]
-    job = study.parse_args(["job", "[]"] + study.forwarded(args))
-    assert study.settings(job) == cfg
-    assert "ft_warmup" not in study.settings(study.parse_args(["--out", str(tmp_path)]))
-    seen = {}
-    monkeypatch.setattr(train, "main", lambda flags: seen.update(flags=flags))
-    monkeypatch.setattr(study, "finetune_flops", lambda *a: 1.0)
-    monkeypatch.setattr(study, "score", lambda *a: {})
-    monkeypatch.setattr(study, "train_file", lambda task, args: "unused")
-    monkeypatch.setattr(study, "vocab_file", lambda cfg, args: "unused")
-    study.run_cell("pmlm/no pre-training", "squad_qg", 0, cfg, args)
-    assert config.parse_args(seen["flags"])[0].warmup_steps == 300
-    # --ft_attn: train.py's --attn_impl, recorded in the cell, not in its settings
-    assert config.parse_args(seen["flags"])[1]["attn_impl"] == "sdpa"
-    args.ft_attn = "naive"
-    assert study.parse_args(["job", "[]"] + study.forwarded(args)).ft_attn == "naive"
-    study.run_cell("pmlm/no pre-training", "squad_qg", 1, cfg, args)
-    assert config.parse_args(seen["flags"])[1]["attn_impl"] == "naive"
-    cells = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "staged").glob("*.json")}
-    assert sorted(c["finetune"]["attn"] for c in cells.values()) == ["naive", "sdpa"]
-    assert all(c["settings"] == study.settings_key(cfg) for c in cells.values())
-    assert "written-out attention (study.py --ft_attn naive; the others on SDPA): 1 of 2" in study.layout(cells)
-    base = study.settings(study.parse_args(["--out", str(tmp_path), "--tasks", "squad_qg,gigaword"]))
-    assert base["tasks"] == ["gigaword", "squad_qg"]
-    for bad in ("", "cnn", "gigaword,cnn"):
-        with pytest.raises(study.UsageError, match="--tasks"):
-            study.parse_args(["--tasks", bad])
-    with pytest.raises(study.UsageError, match="--ft_warmup"):
-        study.parse_args(["--ft_warmup", "-2"])
-
-
-def test_the_nan_probe_swaps_only_how_attention_is_computed():
-    """bench/study_nan.py's three ways are one function: values and gradients equal the written-out attention's
-    (the additive mask's most negative finite number gives a forbidden key exactly no weight), and it reads the
-    step train.py names when it stops on a non-finite loss."""
-    import model as M
-    from bench import study_nan
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 7, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    mask = (torch.rand(2, 7, 7, generator=g) > 0.5) | torch.eye(7, dtype=torch.bool)
-    ref = M.naive_attention(q, k, v, mask)
-    grads = torch.autograd.grad(ref.sum(), (q, k, v))
-    for way in ("sdpa", "additive", "naive", "sdpa_math"):
-        out = study_nan.WAYS[way](q, k, v, mask)
-        torch.testing.assert_close(out, ref)
-        for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), grads):
-            torch.testing.assert_close(a, b)
-    # a forbidden key's value gets no gradient from the query that may not see it
-    row = ~mask[0, 3]
-    gv = torch.autograd.grad(study_nan.WAYS["additive"](q, k, v, mask)[0, :, 3].sum(), v)[0]
-    assert row.any() and gv[0, :, row].abs().max() == 0
-    log = "\nnon-finite loss nan at step 505 (batch of (64, 156), first example starts: ...)"
-    assert study_nan.nan_step(log) == 505 and study_nan.nan_step("done: 1500 of 1500 steps") is None
-
-
-def test_lp_sweep_is_read_as_numbers_and_a_mistake_is_one_line():
-    assert study.parse_args(["--lp_sweep", "0, 1.5"]).lp_sweep == [0.0, 1.5]
-    assert study.parse_args([]).lp_sweep == []
-    args = study.parse_args(["--lp_sweep", "0.3,2"])
-    assert study.forwarded(args)[-2:] == ["--lp_sweep", "0.3,2.0"]
-    for bad in ("1,x", "-0.5", "nan", "1,inf"):
-        result = run_study("--tiny", "--lp_sweep", bad)
-        assert result.returncode == 2 and "--lp_sweep" in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-
-
-def test_length_sweep_averages_each_penalty_over_seeds_with_the_cells_own():
-    def cell(seed, own, other):
-        return dict(system="s", task="gigaword", seed=seed, scores={"rougeL": {"f": own}},
-                    decode=dict(words=dict(outputs=6.0 + seed, references=8.0),
-                                lp_sweep={"0.0": dict(rougeL=other, bleu=1.0, words=5.0 + seed),
-                                          "used": 0.6}))
-    cells = {str(k): cell(k, own, other) for k, (own, other) in enumerate([(30.0, 28.0), (29.0, 27.0)])}
-    sweep = study.length_sweep(cells, "s", "gigaword")
-    assert sweep == {0.0: (27.5, 5.5, 2), 0.6: (29.5, 6.5, 2)}
-    assert study.reference_words(cells, "gigaword") == 8.0
-    assert study.length_sweep(cells, "other", "gigaword") == {}
-    table = study.length_table(cells, ["gigaword"], ["s"])
-    assert "| s | 2 | 27.50 (5.5) | 29.50 (6.5) |" in table
-
-
-def test_the_noise_sweep_holds_only_systems_that_change_the_noise():
-    from config import objective_class
-    default = objective_class("pmlm").option_table()["target_noise_prob"].default
-    for base in study.NOISE_BASES:
-        sweep = study.noise_sweep(base)
-        assert sweep[default] == base and len(sweep) > 1
-        for rate, name in sweep.items():
-            spec = study.SYSTEMS[name]
-            if name != base:
-                # the same pre-training, the noise and lr 1e-3 only: no dropout, lr or length change
-                assert spec["pretrained_as"] == base and not spec["lp"]
-                assert spec["ft"] == {"lr": 1e-3, "target_noise_prob": rate}
-    # pmlm's lr 1.4e-3 and no-dropout systems also fine-tune at 0.2: neither is the sweep's 0.2
-    assert study.noise_sweep("pmlm")[0.2] == "pmlm/ft lr 1e-3 noise 0.2"
-    assert study.noise_sweep("pmlm/AE only")[0.2] == "pmlm/AE only/ft lr 1e-3 noise 0.2"
-
-
-def test_recipe_pairs_of_one_pre_training():
-    assert all(base == "pmlm" for base, _ in study.recipe_pairs("pmlm"))
-    assert {n for _, n in study.recipe_pairs("pmlm")} >= {"pmlm/ft lr 1e-3 noise 0.2 longer outputs"}
-    assert len(study.recipe_pairs()) == len(study.recipe_pairs("pmlm")) + len(study.recipe_pairs("pmlm/AE only"))
-
-
-def test_a_gigaword_only_system_wants_no_squad_cells_and_its_page_lists_it_once():
-    name = "pmlm/ft lr 1e-3 noise 0.2 lp 1.5 dropout 0.2"
-    assert study.SYSTEMS[name]["tasks"] == ("gigaword",) and study.SYSTEMS[name]["lp"] == {"gigaword": 1.5}
-    wanted = study.wanted_cells([name, "pmlm"], ["gigaword", "squad_qg"], seeds=5)
-    # five seeds of Gigaword alone; pmlm (every task, no seeds of its own) every seed of both
-    assert sorted(k for n, t, k in wanted if n == name) == [0, 1, 2, 3, 4]
-    assert {t for n, t, _ in wanted if n == name} == {"gigaword"}
-    assert {(t, k) for n, t, k in wanted if n == "pmlm"} == {(t, k) for t in ("gigaword", "squad_qg")
-                                                             for k in range(5)}
-    cell = dict(system=name, task="gigaword", seed=0, pretrain=None, teacher_forced_acc=40.0,
-                finetune=dict(seconds=60.0, flops=1.0), decode=dict(seconds=6.0),
-                scores={m: dict(f=30.0, low=29.0, high=31.0) for m in ("rouge1", "rouge2", "rougeL")})
-    cells = {"a": cell}
-    assert f"| {name} | 1 |" in "\n".join(study.task_table(cells, "gigaword", [name]))
-    # not "not run yet" on SQuAD: it never will be
-    assert name not in "\n".join(study.task_table(cells, "squad_qg", [name]))
-
-
-def test_paired_differences_take_only_the_seeds_both_ran():
-    def cell(name, seed, f):
-        return dict(system=name, task="gigaword", seed=seed, scores={"rougeL": {"f": f}})
-    cells = {f"{n}{k}": cell(n, k, f) for n, runs in {"a": [29.0, 30.0, 28.0], "b": [29.5, 29.0]}.items()
-             for k, f in enumerate(runs)}
-    cells["d"] = dict(cell("b", 2, 99.0), diverged=True)
-    assert study.by_seed(cells, "a", "gigaword") == {0: 29.0, 1: 30.0, 2: 28.0}
-    # b's seed 2 diverged: no score, no pair
-    assert study.paired(cells, "a", "b", "gigaword") == {0: 0.5, 1: -1.0}
-    assert study.paired(cells, "a", "none", "gigaword") == {}
-
-
-def test_plot_seeds_draws_a_line_a_system_through_its_seeds():
-    class Axes:
-        """What the picture is asked to draw (matplotlib is the notebooks' optional requirement)."""
-        def __init__(self):
-            self.calls = []
-
-        def __getattr__(self, name):
-            return lambda *a, **kw: self.calls.append((name, a, kw))
-    cells = {f"{n}{k}": dict(system=n, task="gigaword", seed=k, scores={"rougeL": dict(f=f, low=f, high=f)})
-             for n, runs in {"a": [29.0, 30.0, 28.0], "b": [29.5, 30.5]}.items() for k, f in enumerate(runs)}
-    ax = Axes()
-    study.plot_seeds(ax, cells, "gigaword", ["a", "b", "never ran"])
-    lines = [(a, kw["label"]) for name, a, kw in ax.calls if name == "plot"]
-    assert lines == [(([0, 1, 2], [29.0, 30.0, 28.0], "o-"), "a: 29.00 ± 1.00 (3 seeds)"),
-                     (([0, 1], [29.5, 30.5], "o-"), "b: 30.00 ± 0.71 (2 seeds)")]
-    assert ("axhline", (30,), {"color": "black", "linestyle": "--", "label": "issue 22's bar"}) in ax.calls
-    assert ("set_xticks", ([0, 1, 2],), {}) in ax.calls

@@ -1,7 +1,6 @@
 """train.py end to end on a tiny corpus: exact resume, DDP under torchrun, bad settings and bad losses."""
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -142,57 +141,6 @@ def test_torchrun_ddp_two_cpu_ranks_stay_identical(tmp_path, corpus):
     assert "2 process(es)" in res.stdout
     ck = torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=True)
     assert ck["step"] == 4 and len(ck["data_state"]) == 2
-
-
-def test_loop_host_times_every_phase_of_a_ddp_step(tmp_path, corpus):
-    """bench/loop_host.py (issue 21's DDP and loop measurements) under torchrun on CPU, with DDP built otherwise
-    (DDP_KW): every phase of train_step has a row, DDP's wrapper its own, and the phases fit in the step; the
-    same batches replayed as bare steps (BARE_REPLAY) are timed and the run still ends with identical replicas."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "LOOP_START": "2", "LOOP_STOP": "5",
-           "DDP_KW": '{"static_graph": true}', "LABEL": "t", "OUT": str(tmp_path), "BARE_REPLAY": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", free_port(),
-           str(ROOT / "bench" / "loop_host.py"), "--objective", "unilm", "--max_steps", "6", "--device", "cpu",
-           *TINY, "--data", str(corpus), "--out_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache")]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    table = (tmp_path / "loop_host_t_rank0.txt").read_text().splitlines()
-    head = table[0]
-    assert head.startswith("t, rank 0, steps 2..5: wall ")
-    bare = next(i for i, line in enumerate(table) if line.startswith("bare steps"))
-    rows = {line.split(" | ")[0][2:]: float(line.split(" | ")[1].rstrip(" |")) for line in table[3:bare]}
-    assert set(rows) == {"data", "to device", "count work", "forward", "DDP's forward wrapper", "backward", "clip",
-                         "optimizer", "zero_grad", "rest of train_step"}
-    step_ms = float(head.split("host in train_step ")[1].split(" ms")[0])
-    assert all(v >= 0 for k, v in rows.items() if k != "rest of train_step")
-    assert rows["forward"] > 0 and rows["backward"] > 0
-    assert abs(sum(rows.values()) - step_ms) < 0.15          # rounded to 0.01 a row, 0.1 the step
-    assert re.fullmatch(r"bare steps on the same 3 batches: [0-9.]+ ms a step; the loop runs at [0-9.]+ of its "
-                        r"bare step", table[bare])
-    # the garbage collector's passes, in the timed steps and in the bare ones, the table's last lines
-    assert [re.fullmatch(rf"garbage collector, {where} steps: [0-9]+ passes, [0-9.]+ ms a step", line) is not None
-            for where, line in zip(("loop", "bare"), table[bare + 1:])] == [True, True]
-    assert len(table) == bare + 3
-    assert "-> identical" in res.stdout
-
-
-def test_loop_host_fast_clip_is_clip_grad_norm_to_the_bit():
-    """bench/loop_host.py's FAST_CLIP (a measurement switch): the same norm and clipped gradients as
-    torch.nn.utils.clip_grad_norm_, bit for bit, clipped or not."""
-    sys.path.insert(0, str(ROOT))
-    from bench import loop_host
-    torch.manual_seed(0)
-    for max_norm in (0.5, 1e6):
-        grads = [torch.randn(5, 7), torch.randn(3), torch.randn(2, 2, 2)]
-        mine, theirs = ([torch.nn.Parameter(torch.zeros_like(g)) for g in grads] for _ in range(2))
-        for ps in (mine, theirs):
-            for p, g in zip(ps, grads):
-                p.grad = g.clone()
-        loop_host.state.pop("params", None)
-        norm = loop_host.fast_clip(iter(mine), max_norm)
-        assert torch.equal(norm, torch.nn.utils.clip_grad_norm_(theirs, max_norm, foreach=True))
-        assert all(torch.equal(a.grad, b.grad) for a, b in zip(mine, theirs))
-        # clipped where the norm is above max_norm, untouched where below
-        assert all(torch.equal(p.grad, g) for p, g in zip(mine, grads)) == (max_norm > norm)
 
 
 # --- crashes, signals and resume: real processes --------------------------------------------------------------
@@ -354,15 +302,15 @@ def test_resume_refuses_changed_settings_and_names_them(tmp_path, corpus):
     assert max(train_losses(tmp_path / "r")) == 4
 
 
-def test_resume_on_another_number_of_processes_is_refused(tmp_path):
-    """The data order depends on the ranks: config.start_point refuses before anything is read."""
-    import config
-    from utils import save_checkpoint
-    save_checkpoint(tmp_path / "ckpt.pt", {"model": {}, "model_config": {}, "vocab": [],
-                                           "objective": "unilm", "data_state": [{}, {}]})
-    cfg = config.TrainConfig(resume=True, out_dir=str(tmp_path))
-    with pytest.raises(UsageError, match=r"trained on 2 process\(es\); resume it on as many"):
-        config.start_point(cfg, {}, {}, {"resume", "out_dir"}, world=1)
+def test_a_checkpoint_without_its_resume_state_is_refused_on_resume(tmp_path, corpus):
+    """convert.py strip drops the optimizer and the data position: --resume on such a file is one line naming
+    it (its weights still start a new run: --init_from)."""
+    import convert
+    out = run(["--max_steps", "2"], tmp_path, corpus, "full")
+    stripped = convert.strip(torch.load(out / "ckpt.pt", weights_only=True))
+    torch.save(stripped, out / "ckpt.pt")
+    with pytest.raises(UsageError, match="holds no resume state"):
+        run(["--max_steps", "4", "--resume"], tmp_path, corpus, "full")
 
 
 def test_preset_with_init_from_is_refused(tmp_path, corpus):
@@ -444,7 +392,7 @@ def test_progress_false_hides_the_bars_only(tmp_path, corpus, capsys):
     text = capsys.readouterr().out
     valid = [x for x in text.splitlines() if ": valid " in x]
     assert len(valid) == 1 and "loss " in valid[0] and "stage" not in valid[0]
-    assert "fills [prediction|answer]" in text and "queries: " in text
+    assert "fills [prediction|answer]" in text and "  the continuation: [" in text   # PALM's query rows, named
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in rows if r["split"] == "train"] == [1, 1, 2, 2]
 
@@ -482,7 +430,9 @@ def test_every_data_error_is_one_line(tmp_path, corpus):
     (["--preset", "huge"], "--preset 'huge'"),
     (["--n_segment", "2", "--objective", "unilm"], "uses 6 segment ids"),
     (["--data", "/no/such/place"], "no such file"),
-    (["--init_from", "/no/such.pt"], "checkpoint not found"),
+    (["--init_from", "/no/such.pt"], "--init_from /no/such.pt: no such file"),
+    (["--task", "seq2seq", "--data", "/no/such.jsonl"], "--data /no/such.jsonl: no such file"),
+    (["--max_step", "10"], "unknown setting --max_step; did you mean --max_steps?"),
     (["--seq_len", "2"], "--seq_len 2 is too small for pmlm"),
     (["--seq_len", "4", "--objective", "unilm"], "need --seq_len >= 5"),
     (["--init_from", "train.py"], "not a unigen checkpoint"),
@@ -495,6 +445,31 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, words):
     assert last.startswith("train.py: error: ") and words in last
     # advice a command-line user can follow: never PyTorch's "load with weights_only=False"
     assert "weights_only" not in res.stderr
+
+
+def test_a_resumed_run_says_where_it_resumed(tmp_path, corpus, capsys):
+    run(["--max_steps", "4", "--stop_at", "2"], tmp_path, corpus, "half")
+    capsys.readouterr()
+    run(["--max_steps", "4", "--resume"], tmp_path, corpus, "half")
+    assert f"resumed at step 2 of 4 ({tmp_path / 'half' / 'ckpt.pt'})" in capsys.readouterr().out
+
+
+def test_warnings_are_one_line_without_library_internals():
+    """train.py, generate.py and evaluate.py print a warning as `script.py: warning: ...` alone: no file path of a
+    library, no source line such as `return func(*args, **kwargs)`."""
+    code = ("import warnings, utils; utils.one_line_warnings('train.py'); "
+            "warnings.warn('ernie_gen: no span vocabulary given', stacklevel=1)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.stderr == "train.py: warning: ernie_gen: no span vocabulary given\n"
+
+
+def test_a_missing_file_is_named_before_the_other_checks(tmp_path, corpus):
+    """A typo in --init_from or --data is reported as the missing file, not as what follows from it (here: an
+    --out_dir that holds a finished run's checkpoint)."""
+    run(["--max_steps", "1"], tmp_path, corpus, "done")
+    for flag, path in (("--init_from", tmp_path / "done" / "ckpt.pth"), ("--data", tmp_path / "corpus.tx")):
+        with pytest.raises(UsageError, match=f"{flag} {path}: no such file"):
+            run(["--max_steps", "1", flag, str(path)], tmp_path, corpus, "done")
 
 
 class Boobytrap:

@@ -1,0 +1,24 @@
+"""Wrong: no limit on the length of a word.
+First message: longer than 100 characters"""
+UNK = "[UNK]"
+PREFIX = "##"
+MAX_WORD_CHARS = 100
+
+
+def encode_word(word, vocab):
+    if word == "":
+        return []
+    pieces = []
+    start = 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            candidate = word[start:end]
+            if start > 0:
+                candidate = PREFIX + candidate
+            if candidate in vocab:
+                pieces.append(candidate)
+                start = end
+                break
+        else:
+            return [UNK]
+    return pieces

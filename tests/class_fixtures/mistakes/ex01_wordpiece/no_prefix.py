@@ -1,0 +1,24 @@
+"""Wrong: a piece after the first is looked up without its "##".
+First message: looked up with '##' in front"""
+UNK = "[UNK]"
+PREFIX = "##"
+MAX_WORD_CHARS = 100
+
+
+def encode_word(word, vocab):
+    if len(word) > MAX_WORD_CHARS:
+        return [UNK]
+    if word == "":
+        return []
+    pieces = []
+    start = 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            candidate = word[start:end]
+            if candidate in vocab:
+                pieces.append(candidate)
+                start = end
+                break
+        else:
+            return [UNK]
+    return pieces

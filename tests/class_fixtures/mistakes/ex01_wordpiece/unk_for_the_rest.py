@@ -1,0 +1,27 @@
+"""Wrong: [UNK] for the rest of the word only, the pieces before it kept.
+First message: the WHOLE word is [UNK]"""
+UNK = "[UNK]"
+PREFIX = "##"
+MAX_WORD_CHARS = 100
+
+
+def encode_word(word, vocab):
+    if len(word) > MAX_WORD_CHARS:
+        return [UNK]
+    if word == "":
+        return []
+    pieces = []
+    start = 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            candidate = word[start:end]
+            if start > 0:
+                candidate = PREFIX + candidate
+            if candidate in vocab:
+                pieces.append(candidate)
+                start = end
+                break
+        else:
+            pieces.append(UNK)
+            break
+    return pieces

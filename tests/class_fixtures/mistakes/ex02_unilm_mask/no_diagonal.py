@@ -1,0 +1,21 @@
+"""Wrong: a target token does not see itself (j < i).
+First message: a target token sees itself"""
+import torch
+
+
+def seq2seq_mask(n_src, n, L):
+    i = torch.arange(L)[:, None]
+    j = torch.arange(L)[None, :]
+    return ((j < n_src) | (j < i)) & (i < n) & (j < n)
+
+
+def left_to_right_mask(n, L):
+    i = torch.arange(L)[:, None]
+    j = torch.arange(L)[None, :]
+    return (j <= i) & (i < n) & (j < n)
+
+
+def right_to_left_mask(n, L):
+    i = torch.arange(L)[:, None]
+    j = torch.arange(L)[None, :]
+    return (j >= i) & (i < n) & (j < n)

@@ -1,0 +1,19 @@
+"""Wrong: the [ATTN]s of one span see each other.
+First message: only itself among the [ATTN]s"""
+import torch
+
+
+def span_flow_mask(n_src, spans):
+    T = spans[-1][1]
+    L = n_src + 2 * T
+    mask = torch.zeros(L, L, dtype=torch.bool)
+    n = n_src + T
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    mask[:n, :n] = (j < n_src) | (j <= i) & (i >= n_src)
+    for b, e in spans:
+        for t in range(b, e):
+            r = n_src + T + t
+            mask[r, :n_src + b] = True
+            mask[r, n_src + T + b:n_src + T + e] = True
+    return mask
