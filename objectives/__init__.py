@@ -237,7 +237,8 @@ class Objective:
         return ex
 
     def truncate(self, ids, room, what, limit=None):
-        """ids cut to their first `room` tokens; the first `what` longer than `limit` (room) warns."""
+        """ids cut to their first `room` tokens; the first `what` longer than `limit` (room)
+        warns."""
         if len(ids) > room:
             warn_once(f"{self.name}: {what} is longer than {limit or room} tokens; truncated")
         return ids[:room]
