@@ -53,7 +53,7 @@ import generate as G
 import model as M
 from fast import beam
 from fast.attention import (BucketBias, FlexBias, block_mask, describe_flex, flex,  # noqa: F401
-                            mask_mod, use_triton_bias)
+                            mask_mod)
 from fast.beam import beam_search, greedy  # noqa: F401
 from fast.decoder import GraphedStep, StaticCache, StaticDecoder, slot_mask  # noqa: F401
 from fast.packing import (Packed, Packing, SteadyPacking, key_cost, pack_rows,  # noqa: F401
@@ -146,6 +146,21 @@ def fast_copy_scores(way="auto"):
     def scores(hm, ws, w):
         return (triton_additive.additive_scores if ws.size(1) >= rows else compiled)(hm, ws, w)
     return scores
+
+
+def use_triton_bias(model, on=True):
+    """Run the model's attention through fast/triton_bias.py's Triton kernel (the mask rule and
+    the relative position bias inside the tiles, the bias gradient reduced per tile): the "flex"
+    path's describe_flex hands every block that kernel's inputs. CUDA, or a CPU under Triton's
+    interpreter (TRITON_INTERPRET=1, slow: tests only). Needs triton, which the project does not
+    require. Twin: Transformer.encode on the naive path (bench/check_triton.py; bench/check_cuda.py
+    on a GPU). -> model."""
+    if on:
+        need_card(model, "triton", "use_triton_bias")
+        from fast import triton_bias                    # noqa: F401  (fails here without triton)
+        model.config.attn_impl = "flex"
+    model.triton_bias = on
+    return model
 
 
 def use_triton_additive(model, on=True):

@@ -1,7 +1,8 @@
-"""The fast layer's attention: the relative bias's GPU backward, FlexAttention (the mask as tiles,
-the bias as a score_mod) and the switch to fast/triton_bias.py's Triton kernel. Each piece names
-its twin in model.py and the test that holds them equal; fast/__init__.py puts them into model.py's
-hooks (ATTENTION["flex"], DESCRIBED["flex"], RelativePositionBias.fast_lookup).
+"""The fast layer's attention: the relative bias's GPU backward and FlexAttention (the mask as
+tiles, the bias as a score_mod); fast/triton_bias.py's Triton kernel is reached through
+describe_flex (fast.use_triton_bias). Each piece names its twin in model.py and the test that holds
+them equal; fast/__init__.py puts them into model.py's hooks (ATTENTION["flex"],
+DESCRIBED["flex"], RelativePositionBias.fast_lookup).
 """
 from typing import NamedTuple
 
@@ -158,20 +159,3 @@ def describe_flex(model, position_ids, spec: MaskSpec):
     mask = block_mask(spec, position_ids.device)
     bias = FlexBias.of(model.rel_bias, position_ids) if model.rel_bias is not None else None
     return mask, bias
-
-
-# --- The switch into fast/triton_bias.py: a Triton flash attention with the relative bias ------
-def use_triton_bias(model, on=True):
-    """Run the model's attention through fast/triton_bias.py's Triton kernel (the mask rule and
-    the relative position bias inside the tiles, the bias gradient reduced per tile): the "flex"
-    path's describe_flex hands every block that kernel's inputs. CUDA, or a CPU under Triton's
-    interpreter (TRITON_INTERPRET=1, slow: tests only). Needs triton, which the project does not
-    require. Twin: Transformer.encode on the naive path (bench/check_triton.py; bench/check_cuda.py
-    on a GPU). -> model."""
-    if on:
-        import fast
-        fast.need_card(model, "triton", "use_triton_bias")
-        from fast import triton_bias                    # noqa: F401  (fails here without triton)
-        model.config.attn_impl = "flex"
-    model.triton_bias = on
-    return model

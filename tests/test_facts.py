@@ -40,35 +40,50 @@ PATTERNS = {
 HISTORY = re.compile("|".join(f"(?P<p{i}>{p})" for i, p in enumerate(PATTERNS.values())), re.IGNORECASE)
 KINDS = list(PATTERNS)
 
-REFERENCES = [
-    "the twentieth session", "(bench/RESULTS.md, sixth session)", "a later session", "in this session",
-    "earlier sessions", "the sixteenth session's 4-GPU profile", "Across sessions four GPUs", "whole session",
-    "# Session of 2026-11-28, nineteenth", "at session 11", "the sixth\n    # session's",
-    '"... seventh\\n",\n "session',
-    "issue 22's bar", "issues 19-22", "(issue 3/6)", "Issue 21 item 4", "issue 19, item 7", "Setting (the issue's)",
-    "item 7", "items 2-3",
+# the examples spell the words they test with marks, so that no line of this file reads as history:
+# #S session, #CS Session, #I issue, #CI Issue, #T item
+MARKS = {"#CS": "Session", "#CI": "Issue", "#S": "session", "#I": "issue", "#T": "item"}
+
+
+def spelled(texts):
+    """texts with MARKS spelled out."""
+    out = []
+    for text in texts:
+        for mark, word in MARKS.items():
+            text = text.replace(mark, word)
+        out.append(text)
+    return out
+
+
+REFERENCES = spelled([
+    "the twentieth #S", "(bench/RESULTS.md, sixth #S)", "a later #S", "in this #S",
+    "earlier #Ss", "the sixteenth #S's 4-GPU profile", "Across #Ss four GPUs", "whole #S",
+    "# #CS of 2026-11-28, nineteenth", "at #S 11", "the sixth\n    # #S's",
+    '"... seventh\\n",\n "#S',
+    "#I 22's bar", "#Is 19-22", "(#I 3/6)", "#CI 21 #T 4", "#I 19, #T 7", "Setting (the #I's)",
+    "#T 7", "#Ts 2-3",
     "measured today", "today's path", "Today we", "yesterday",
     "unlike last time", "the last\ntime",
     "bar met", "goal met", "is not met", "Goal 25: not met", "(3 / 3 seeds): met", "ROUGE-L 30 met on one GPU",
     "| **missed** |", "the quality bar is still missed", "stays below the bar", "(goal 0.95)", "goal 3.8x",
     "goal >= 30", "all eight met", "The bar that counts is met", "beam 5 >= 3x BART-base is met",
-]
-FACTS = [
-    '@pytest.fixture(scope="session")', "Built once per test session", "start_new_session=True",
-    "def pytest_sessionstart(session):", "a Jupyter session", "workers in sessions of their own",
-    "requests.Session()", "a session-scoped fixture",
+])
+FACTS = spelled([
+    '@pytest.fixture(scope="#S")', "Built once per test #S", "start_new_#S=True",
+    "def pytest_#Sstart(#S):", "a Jupyter #S", "workers in #Ss of their own",
+    "requests.#CS()", "a #S-scoped fixture",
     "Mr. Smith met J. R. Tolkien in the U.S.", "metric", "method", "metadata", "met J.",
     "bar = tqdm(total=n)", "ax.bar(x, y)", "bar.update(1)", "the error bar is the standard deviation",
     "The bar on the right", "a long blue bar", "the lead baseline is the bar to clear", "ax.barh", "each bar's score",
     "goal = math.ceil(mask_prob * n)", "Algorithm 1 stops at its goal", "(goal reached, blocks", "Learning goals",
     "stop at the FIRST block that reaches the goal", "a goal of {goal}",
     "datetime.date.today()", "date.today()", "the last time step", "at the last time steps",
-    "item 0.38 value 0.04", "for item in items", "items()", "it issues a warning", "tissue 3", "the issue is",
-    "the first sentence", "the second pass", "sixth block", "the 1st token", "its own session of work",
-    "6 items", "an item",
-]
+    "#T 0.38 value 0.04", "for #T in #Ts", "#Ts()", "it #Is a warning", "t#I 3", "the #I is",
+    "the first sentence", "the second pass", "sixth block", "the 1st token", "its own #S of work",
+    "6 #Ts", "an #T",
+])
 # a phrase wrapped over lines, and where it is reported: the line it starts on
-WRAPPED = ("one\nthe seventh\n# session\n", [(2, "seventh # session", "a work period")])
+WRAPPED = (spelled(["one\nthe seventh\n# #S\n"])[0], [(2, spelled(["seventh # #S"])[0], "a work period")])
 # --- end of the patterns and their examples -----------------------------------------------------------------------
 
 
