@@ -69,6 +69,9 @@ class TrainConfig:
     # off by default: it slows unilm's loop, which is host-bound (bench/RESULTS.md, packing)
     pack: str = setting("false", "pack several passages into each row, no padding wasted "
                                  "(fast.plan_packing): auto (CUDA) | true | false")
+    # off by default: measured in bench/RESULTS.md (training throughput)
+    graph: str = setting("false", "replay each step's forward, loss and backward as a CUDA graph "
+                                  "(fast.GraphedLoss; bf16 or fp32): auto (CUDA) | true | false")
     workers: int = setting(-1, "batch-building processes (DataLoader); -1 = 2 on CUDA, 0 on a CPU")
     cache_dir: str = setting(".cache", "where the vocabulary and the tokenized data are cached")
     progress: bool = setting(True, "show progress bars (the evaluation lines print either way)")
@@ -76,8 +79,8 @@ class TrainConfig:
 
 # a resumed run keeps its settings; these may change without changing what it computes
 SAFE_ON_RESUME = {"resume", "out_dir", "stop_at", "time_limit", "log_interval", "eval_interval",
-                  "eval_batches", "ckpt_interval", "device", "dtype", "compile", "pack", "workers",
-                  "cache_dir", "progress", "overwrite"}
+                  "eval_batches", "ckpt_interval", "device", "dtype", "compile", "pack", "graph",
+                  "workers", "cache_dir", "progress", "overwrite"}
 SAFE_MODEL_ON_RESUME = {"attn_impl"}
 PER_INVOCATION = {"resume", "overwrite", "stop_at", "time_limit"}
 # the model shapes (and the block layout) a checkpoint fixes
@@ -189,7 +192,7 @@ def check_settings(cfg):
     if cfg.vocab_size < 100:
         raise UsageError(f"--vocab_size {cfg.vocab_size} is too small "
                          "(the alphabet alone needs about 100)")
-    for key in ("compile", "pack"):
+    for key in ("compile", "pack", "graph"):
         if getattr(cfg, key) not in ("auto", "true", "false"):
             raise UsageError(f"--{key} {getattr(cfg, key)!r}: choose auto, true or false")
     if cfg.dtype not in ("auto", *M.DTYPES):

@@ -112,12 +112,20 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
     return model, objective
 
 
-def use_fast_layer(model, objective, cfg, device):
+def use_fast_layer(model, objective, cfg, device, dtype):
     """train.py's one door into the fast layer (fast/): on CUDA (or --compile true) compiled
-    blocks, the GPU relative bias and copy scores; with --pack, several passages a row. -> (pack,
-    view): what data.StepBatches does to every training batch (None: one passage a row) and what
-    the loss sees of the model for a batch (None: the model itself). On a CPU the readable path
-    runs as it is."""
+    blocks, the GPU relative bias and copy scores; with --pack, several passages a row; with
+    --graph, the step replayed as a CUDA graph. -> (pack, view, graph): what data.StepBatches does
+    to every training batch (None: one passage a row), what the loss sees of the model for a batch
+    (None: the model itself), and whether start_run replays the step (fast.GraphedLoss). On a CPU
+    the readable path runs as it is."""
+    if cfg.graph == "true" and device.type != "cuda":
+        raise UsageError("--graph true replays CUDA graphs: it needs a CUDA device")
+    if cfg.graph == "true" and dtype == "fp16":
+        raise UsageError("--graph true: fp16's loss scaler runs outside a CUDA graph; "
+                         "use --dtype bf16 or fp32, or --graph false")
+    # auto: on CUDA, where the step is bf16 or fp32
+    graph = switched_on(cfg.graph, device) and dtype != "fp16"
     if model.config.attn_impl == "flex" and device.type != "cuda":
         raise UsageError("--attn_impl flex trains on CUDA only "
                          "(FlexAttention has no backward on a CPU)")
@@ -138,13 +146,13 @@ def use_fast_layer(model, objective, cfg, device):
     # pre-training compiled 23 times in 200 steps, 4x slower: bench/RESULTS.md)
     fast.speed_up(model, compile=compiled, dynamic=True)
     if not switched_on(cfg.pack, device):
-        return None, None
-    # compiled blocks: one row width (fast.SteadyPacking); else the width the attention finds
-    # cheapest for each batch (fast.plan_packing)
-    pack = (fast.SteadyPacking(multiple=64) if compiled
+        return None, None, graph
+    # compiled blocks or a CUDA graph: one row width (fast.SteadyPacking); else the width the
+    # attention finds cheapest for each batch (fast.plan_packing)
+    pack = (fast.SteadyPacking(multiple=64) if compiled or graph
             else functools.partial(fast.plan_packing, key_cost=fast.key_cost(model)))
     # a packed batch runs the blocks on its packed rows, unknown to the objective
-    return pack, fast.packed
+    return pack, fast.packed, graph
 
 
 def switched_on(setting, device):
@@ -195,6 +203,7 @@ class Run:
     dist: Dist
     model: torch.nn.Module            # the bare model (what checkpoints hold)
     train_model: torch.nn.Module      # LossModule(model, objective), wrapped in DDP under torchrun
+    graphed: object                   # --graph: fast.GraphedLoss of train_model (no DDP), else None
     objective: Objective
     optimizer: torch.optim.Optimizer
     tok: WordPiece
@@ -224,9 +233,9 @@ class Run:
         return self.out_dir / "ckpt.pt"
 
 
-def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt, pack, view):
+def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt, dtype, pack, view, graph):
     """The loop's state: the step and data stream it starts at, the log file, the progress bar
-    (pack, view: use_fast_layer's)."""
+    (pack, view, graph: use_fast_layer's)."""
     step = 0
     if cfg.resume:
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -239,11 +248,19 @@ def start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt, pack, 
                   f"--grad_accum {cfg.grad_accum} on each process")
     cuda = dist_.device.type == "cuda"
     train_model = LossModule(model, objective, view)
-    if dist_.ddp:
+    graphed = None
+    if graph:
+        # forward, loss and backward as CUDA graphs; under torchrun no DDP wrapper: the replicas
+        # start from rank 0's weights, and train_step averages the gradients in one call
+        graphed = fast.GraphedLoss(train_model, tok.pad_id, M.DTYPES[dtype],
+                                   grad_scale=1 / cfg.grad_accum)
+        for t in model.state_dict().values() if dist_.ddp else ():
+            dist.broadcast(t, 0)
+    elif dist_.ddp:
         train_model = torch.nn.parallel.DistributedDataParallel(
             train_model, device_ids=[dist_.device] if cuda else None, gradient_as_bucket_view=True)
-    run = Run(cfg, dist_, model, train_model, objective, optimizer, tok, splits, out_dir_of(cfg),
-              step=step)
+    run = Run(cfg, dist_, model, train_model, graphed, objective, optimizer, tok, splits,
+              out_dir_of(cfg), step=step)
     steps = data.StepBatches(objective, splits["train"], cfg.batch_size, cfg.grad_accum, cfg.seed,
                              cfg.max_steps, dist_.rank, dist_.world, start=step,
                              pack=pack)
@@ -314,15 +331,22 @@ def train_step(run, autocast):
         torch.manual_seed(cfg.seed * 100003 + run.loader.dataset.shard(run.step, micro))
         count_work(run, batch)
         batch = batch.to(dist_.device)
-        # DDP all-reduces gradients on the last micro-step only
-        sync = micro == cfg.grad_accum - 1
-        with (run.train_model.no_sync() if dist_.ddp and not sync else nullcontext()), autocast:
-            loss, metrics = run.train_model(batch)
-        # fp16: the loss scaled up, so that small gradients do not underflow to 0
-        run.scaler.scale(loss / cfg.grad_accum).backward()
+        if run.graphed is not None:
+            # --graph: forward, loss and backward in one replay (fast/train_graph.py)
+            loss, metrics = run.graphed(batch)
+        else:
+            # DDP all-reduces gradients on the last micro-step only
+            sync = micro == cfg.grad_accum - 1
+            with (run.train_model.no_sync() if dist_.ddp and not sync else nullcontext()), autocast:
+                loss, metrics = run.train_model(batch)
+            # fp16: the loss scaled up, so that small gradients do not underflow to 0
+            run.scaler.scale(loss / cfg.grad_accum).backward()
         loss_sum = loss_sum + loss.detach()
         for k, v in metrics.items():
             run.seen.setdefault(k, []).append(v.detach() if torch.is_tensor(v) else v)
+    if run.graphed is not None and dist_.ddp:
+        # what DDP's hooks do: the gradients averaged over the processes
+        run.graphed.all_reduce()
     # fp16: the gradients back at their true size before the clip reads them
     run.scaler.unscale_(run.optimizer)
     scaled = run.scaler.is_enabled()
@@ -335,7 +359,8 @@ def train_step(run, autocast):
     # fp16: a step whose gradients overflowed is skipped, and the scale halved; else AdamW's step
     run.scaler.step(run.optimizer)
     run.scaler.update()
-    run.optimizer.zero_grad(set_to_none=True)
+    # a CUDA graph adds into the same gradient tensors every replay: zeroed, never dropped
+    run.optimizer.zero_grad(set_to_none=run.graphed is None)
     watch_loss(run, loss_sum, batches[-1])
     run.step += 1
     run.bar.update(1)
@@ -635,7 +660,7 @@ def main(argv):
                                                 show=cfg.progress and dist_.master)
     # 5. model, and on a GPU the fast layer
     model, objective = build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_)
-    pack, view = use_fast_layer(model, objective, cfg, dist_.device)
+    pack, view, graph = use_fast_layer(model, objective, cfg, dist_.device, dtype)
     # 6. optimizer
     optimizer = make_optimizer(model, cfg, dist_.device)
     # 7. the loop, interruptible: Ctrl-C or SIGTERM end it cleanly with a checkpoint (caught from
@@ -643,7 +668,8 @@ def main(argv):
     handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     run = None
     try:
-        run = start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt, pack, view)
+        run = start_run(cfg, dist_, model, objective, optimizer, tok, splits, ckpt, dtype, pack,
+                        view, graph)
         carry_over(run, dtype, ckpt)
         del ckpt
         if dist_.master:

@@ -85,10 +85,11 @@ def shape(batch):
 def timed(step_fn, batches, warmup, device, settle=False):
     """Median seconds of one step over batches[warmup:] (device-synchronised). Every shape of the timed batches
     is compiled before the clock starts: the warm-up batches, then one timed batch of each shape not seen yet
-    (settle: every batch once, so that a CUDA-graph step has captured every graph it replays)."""
+    (settle: every batch twice, so that a CUDA-graph step has captured every graph it replays: the first pass grows
+    its steady shape, the second captures at the shape that stays)."""
     seen = {shape(b) for b in batches[:warmup]}
     first_of_shape = {shape(b): b for b in reversed(batches[warmup:]) if shape(b) not in seen}
-    for b in batches if settle else batches[:warmup] + list(first_of_shape.values()):
+    for b in batches * 2 if settle else batches[:warmup] + list(first_of_shape.values()):
         step_fn(b)
     sync(device)
     if device.type == "cuda":
@@ -121,10 +122,11 @@ def matmul_peak(device):
 
 
 def build_step(name, impl, options, tok, examples, args, device, preset=None, batch=None, pack=False,
-               dynamic=False, graph=False):
+               dynamic=False, graph=False, steady=False):
     """A model, its objective, warm-up + timed batches already on the device, and one training step on them.
     pack: several passages a row (train.py --pack true); dynamic: the blocks compiled for any shape; graph: the
-    forward, loss and backward replayed as a CUDA graph at a steady padded shape (fast/train_graph.py)."""
+    forward, loss and backward replayed as a CUDA graph at a steady padded shape (fast/train_graph.py); steady:
+    packed rows of one width (fast.SteadyPacking, which a CUDA-graph step always uses)."""
     preset = preset or args.preset
     batch_size = batch or args.batch
     copy_scores, options = split_options(options)
@@ -152,7 +154,10 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
         key_cost = fast.key_cost(model)            # 0 on flex: it skips the tiles between passages
         # widths a multiple of 64 for static compiled shapes (train.py's); of 8 where compiled for any shape
         multiple = 8 if dynamic and compiled else obj.pad_multiple
-        batches = [fast.plan_packing(b, multiple, key_cost) for b in batches]
+        # a CUDA-graph step: one width for every batch (fast.SteadyPacking, as train.py packs compiled blocks)
+        plan = (fast.SteadyPacking(obj.pad_multiple) if graph or steady
+                else lambda b: fast.plan_packing(b, multiple, key_cost))
+        batches = [plan(b) for b in batches]
     batches = [b.to(device) for b in batches]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
@@ -167,7 +172,7 @@ def build_step(name, impl, options, tok, examples, args, device, preset=None, ba
     if graph:
         import train
         from fast import train_graph
-        graphed = train_graph.GraphedLoss(train.LossModule(model, obj), tok.pad_id)
+        graphed = train_graph.GraphedLoss(train.LossModule(model, obj, fast.packed), tok.pad_id)
 
     def step(b):
         if graphed is not None:
@@ -256,9 +261,9 @@ def bench_hf(args, device, vocab, compiled):
                 make_batch_ms=float("nan"), peak_gib=peak_gib(device))
 
 
-def bench_loop(name, options, label, args, device, pack=False):
+def bench_loop(name, options, label, args, device, pack=False, graph=False):
     """train.py itself, in this process: tokens/s, corpus tokens/s and MFU from its metrics.jsonl.
-    pack: train.py --pack true."""
+    pack: train.py --pack true; graph: train.py --graph true."""
     import train
     speed_up = fast.speed_up
     copy_scores, options = split_options(options)
@@ -269,7 +274,7 @@ def bench_loop(name, options, label, args, device, pack=False):
              str(args.seq_len), "--batch_size", str(args.batch), "--max_steps", str(args.loop_steps),
              "--log_interval", "10", "--eval_interval", "100000", "--ckpt_interval", "100000",
              "--cache_dir", args.cache, "--out_dir", str(out), "--progress", "false",
-             "--pack", "true" if pack else "false"]
+             "--pack", "true" if pack else "false", "--graph", "true" if graph else "false"]
     for key, value in options.items():
         flags += [f"--{key}", str(value).lower()]
     if torch.cuda.is_available():
@@ -281,7 +286,7 @@ def bench_loop(name, options, label, args, device, pack=False):
         train.main(flags)
     finally:
         fast.speed_up = speed_up
-    suffix = " packed" if pack else ""
+    suffix = (" packed" if pack else "") + (" CUDA graph" if graph else "")
     print(f"{label}{suffix}: the blocks compiled "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']} graph(s)", flush=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -337,8 +342,8 @@ def main():
     ap.add_argument("--pack", choices=["off", "on", "both"], default="off",
                     help="several passages a row (train.py --pack): off, on, or both in one run")
     ap.add_argument("--graph", choices=["off", "on", "both"], default="off",
-                    help="bare steps: forward, loss and backward as a CUDA graph at a steady padded shape "
-                         "(fast/train_graph.py; one passage a row): off, on, or both in one run")
+                    help="forward, loss and backward as a CUDA graph at a steady padded shape "
+                         "(fast/train_graph.py; train.py --graph): off, on, or both in one run")
     ap.add_argument("--dynamic", action="store_true",
                     help="compile the blocks for dynamic shapes (one kernel for every packed shape)")
     ap.add_argument("--no_hf", action="store_true", help="skip the HF baselines")
@@ -359,8 +364,8 @@ def main():
     only = set(args.only.split(",")) - {""}
     packs = {"off": (False,), "on": (True,), "both": (False, True)}[args.pack]
     graphs = {"off": (False,), "on": (True,), "both": (False, True)}[args.graph]
-    if args.graph != "off" and (args.pack != "off" or device.type != "cuda"):
-        ap.error("--graph needs a CUDA device and one passage a row (--pack off)")
+    if args.graph != "off" and device.type != "cuda":
+        ap.error("--graph needs a CUDA device")
     tok, examples = corpus(args)
     rows, measured = [], {}
     if args.part == "bare":
@@ -377,8 +382,9 @@ def main():
     elif args.part == "loop":
         for obj_name, options, label in RUNS:
             for pack in packs:
-                if not only or label in only:
-                    attempt(rows, bench_loop, obj_name, options, label, args, device, pack=pack)
+                for graph in graphs:
+                    if not only or label in only:
+                        attempt(rows, bench_loop, obj_name, options, label, args, device, pack=pack, graph=graph)
     else:
         args.preset = "large"
         for batch in (8, 16, 24, 32, 48, 64):

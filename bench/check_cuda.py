@@ -3,7 +3,8 @@ passes of FlexAttention and SDPA's math backend, and no CUDA graph).
 
     python bench/check_cuda.py
     python bench/check_cuda.py triton      # only the Triton kernels' checks (bench/check_triton.py)
-    python bench/check_cuda.py graph       # only the training step replayed as a CUDA graph (fast/train_graph.py)
+    python bench/check_cuda.py graph       # only the training step replayed as a CUDA graph (fast/train_graph.py,
+                                           # train.py --graph; its tokenizer cache: $CACHE, else .cache)
     python bench/check_cuda.py fp16        # only train.py --dtype fp16 with its loss scaler against fp32
     python bench/check_cuda.py loop        # only: train.py's steps between logs never wait for the GPU
                                            # (its tokenizer cache: $CACHE, else .cache)
@@ -27,7 +28,8 @@ the model step's graph and the whole-step graph search (fast/beam.py); the whole
 model step's graph under bf16 autocast (generate.py's setting on CUDA, every hypothesis of beam 5), one cache row a
 source (fast.beam.GROUP_BEAMS) equal to one row a beam in fp32 and as close to fp32 under bf16 autocast;
 train.py --dtype fp16 (fp16 with torch's loss scaler) against fp32 and its skipped steps; the training step replayed
-as a CUDA graph (fast/train_graph.py) against the eager one; and
+as a CUDA graph (fast/train_graph.py) against the eager one, train.py --graph true against --graph false, and its
+gradients averaged over processes against DDP's hooks; and
 fast/triton_bias.py's Triton attention and fast/triton_additive.py's Triton copy scores (bench/check_triton.py at base
 size; the copy scores also against model.additive_scores as the compiled ones). `loop`
 (not an equality, so not in the default run) checks that train.py's steps between two logs never wait for the GPU
@@ -113,10 +115,11 @@ def check_objective(name, tok, dev, rows):
 def check_train_graph(name, tok, dev, rows):
     """fast/train_graph.py's GraphedLoss (the step's forward, loss and backward replayed as a CUDA graph at a steady
     padded shape) against LossModule's eager forward and backward: the loss and every gradient on three batches of
-    mixed lengths (the steady shape grows, so graphs are captured anew and replayed), base size, compiled blocks as
-    train.py runs them. fp32: against the unpadded batch (1e-4: what proves the graph and the padding exact);
-    bf16: against the eager step on the same padded batch (1e-2, as the other bf16 rows; 6e-08 to 1.6e-03 on an
-    H200, 2026-11-28), and the unpadded one for scale."""
+    mixed lengths (the steady shape grows, so graphs are captured anew and replayed), one passage a row and packed
+    (fast.SteadyPacking, as train.py --pack), base size, compiled blocks as train.py runs them. fp32: against the
+    unpadded batch one passage a row (1e-4: what proves the graph, the padding and the packing exact); bf16: against
+    the eager step on the same padded batch (1e-2, as the other bf16 rows; 6e-08 to 1.6e-03 on an H200,
+    2026-11-28), and the unpadded one for scale."""
     import train
     from fast import train_graph
     obj = get_objective(name, tok, max_len=512)
@@ -124,11 +127,13 @@ def check_train_graph(name, tok, dev, rows):
     obj.pad_multiple = 64
     cfg = M.ModelConfig(**{**M.PRESETS["base"], "vocab_size": len(tok), "dropout": 0.0, **obj.model_defaults})
     ok = True
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype, pack in ((torch.float32, False), (torch.bfloat16, False), (torch.float32, True),
+                        (torch.bfloat16, True)):
         torch.manual_seed(0)
         model = fast.speed_up(M.Transformer(cfg).to(dev), compile=True, dynamic=True)
-        module = train.LossModule(model, obj)
+        module = train.LossModule(model, obj, fast.packed)
         graphed = train_graph.GraphedLoss(module, tok.pad_id, dtype)
+        packing = fast.SteadyPacking(64)
         params = list(model.parameters())
 
         def eager(batch):
@@ -144,8 +149,10 @@ def check_train_graph(name, tok, dev, rows):
             mixed = [p[:rng.randint(1, len(p))] for p in passages(16, 509, len(tok), rng)]
             batch = obj.make_batch(mixed, random.Random(k)).to(dev)
             want_loss, want = eager(batch)
+            if pack:
+                batch = packing(obj.make_batch(mixed, random.Random(k))).to(dev)
             key = graphed.shapes.fit(batch)
-            padded_loss, padded = eager(train_graph.pad_batch(batch, *key[:2], key[2], tok.pad_id))
+            padded_loss, padded = eager(train_graph.pad_batch(batch, key, tok.pad_id))
             for p in params:
                 p.grad.zero_()
             loss, _ = graphed(batch)
@@ -155,11 +162,109 @@ def check_train_graph(name, tok, dev, rows):
             else:
                 err, limit, what = max(rel(loss, padded_loss), rel(got, padded)), 1e-2, "eager step, same shape"
             ok &= err < limit
-            rows.append((name, f"training step as a CUDA graph vs the {what}, batch {k + 1} ({len(batch)} x "
-                         f"{batch.input_ids.size(1)} in {key[0]} x {key[1]}; {len(graphed.graphs)} graph(s)), loss "
-                         f"and gradients, {str(dtype)[6:]}", f"{err:.2e} (unpadded: {rel(got, want):.2e})",
-                         err < limit))
+            shape = (f"{len(batch)} x {batch.input_ids.size(1)} in {key.rows} x {key.width}" if not pack else
+                     "packed {} x {} in {} x {}".format(*batch.extras["pack_shape"], *key.packed[:2]))
+            rows.append((name, f"training step as a CUDA graph vs the {what}, batch {k + 1} ({shape}; "
+                         f"{len(graphed.graphs)} graph(s)), loss and gradients, {str(dtype)[6:]}",
+                         f"{err:.2e} (unpadded: {rel(got, want):.2e})", err < limit))
     return ok
+
+
+def check_train_loop_graph(rows, steps=12):
+    """train.py --graph true against --graph false from the same weights on the same batches (small preset, dropout
+    0, fp32, --grad_accum 2, compiled blocks; one passage a row and --pack true): every step's loss within 1e-4 and
+    the final weights within 1e-4 (relative norm, per tensor), which holds the graph's gradient scale (1 /
+    grad_accum), its gradients kept across micro-batches and zeroed in place after the optimizer step."""
+    import json
+    import tempfile
+    import train
+    flags = ["--preset", "small", "--seq_len", "128", "--batch_size", "16", "--grad_accum", "2", "--max_steps",
+             str(steps), "--log_interval", "1", "--eval_interval", "1000", "--ckpt_interval", "1000", "--dropout",
+             "0", "--dtype", "fp32", "--progress", "false", "--vocab_size", "30522",
+             "--cache_dir", os.environ.get("CACHE", ".cache")]
+
+    def run(*more):
+        with tempfile.TemporaryDirectory() as out:
+            train.main(flags + ["--out_dir", out, *more])
+            log = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+            ckpt = torch.load(Path(out) / "ckpt.pt", weights_only=True, map_location="cpu")
+        return [r["loss"] for r in log if r["split"] == "train"], ckpt["model"]
+
+    ok = True
+    for name in ("unilm", "pmlm"):
+        for pack in ("false", "true"):
+            (eager_loss, eager_w), (graph_loss, graph_w) = (
+                run("--objective", name, "--pack", pack, "--graph", graph) for graph in ("false", "true"))
+            loss_err = max(abs(a - b) / abs(b) for a, b in zip(graph_loss, eager_loss))
+            w_err = max(rel(graph_w[k], eager_w[k]) for k in eager_w)
+            good = len(graph_loss) == len(eager_loss) == steps and max(loss_err, w_err) < 1e-4
+            ok &= good
+            rows.append((name, f"train.py --graph true vs false, {steps} steps of 2 micro-batches, --pack {pack} "
+                         "(fp32): losses, final weights", f"{loss_err:.2e}, {w_err:.2e}", good))
+    return ok
+
+
+def ddp_graph_worker(rank, port, out, steps=4):
+    """One of check_ddp_graph's two processes (gloo, both on cuda:0): the same training steps through DDP's hooks
+    (LossModule wrapped in DDP, eager) and through fast.GraphedLoss and its all_reduce (what train.py --graph true
+    runs under torchrun), from the same weights on this rank's own batches, plain SGD (AdamW would magnify
+    rounding: its first step moves every weight by lr, whatever the gradient's size); rank 0 saves each step's
+    averaged gradients of both."""
+    import torch.distributed as dist
+    import train
+    from fast import train_graph
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dev = torch.device("cuda:0")
+    tok = synthetic_tokenizer(30522)
+    obj = get_objective("unilm", tok, max_len=128)
+    cfg = M.ModelConfig(**{**M.PRESETS["small"], "vocab_size": len(tok), "dropout": 0.0, **obj.model_defaults})
+    grads = {}
+    for mode in ("ddp", "graph"):
+        torch.manual_seed(0)
+        model = M.Transformer(cfg).to(dev)
+        module = train.LossModule(model, obj)
+        ddp = torch.nn.parallel.DistributedDataParallel(module, device_ids=[dev]) if mode == "ddp" else None
+        graphed = None if ddp else train_graph.GraphedLoss(module, tok.pad_id, torch.float32, grad_scale=1 / 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        grads[mode] = []
+        for step in range(steps):
+            for micro in range(2):
+                rng = random.Random(1000 * rank + 10 * step + micro)
+                batch = obj.make_batch(passages(8, 125, len(tok), rng), rng).to(dev)
+                if ddp is None:
+                    graphed(batch)
+                    continue
+                with ddp.no_sync() if micro == 0 else contextlib.nullcontext():
+                    (ddp(batch)[0] / 2).backward()
+            if ddp is None:
+                graphed.all_reduce()
+            grads[mode].append(torch.cat([p.grad.flatten() for p in model.parameters()]).cpu())
+            opt.step()
+            opt.zero_grad(set_to_none=ddp is not None)
+    if rank == 0:
+        torch.save(grads, out)
+    dist.destroy_process_group()
+
+
+def check_ddp_graph(rows):
+    """train.py --graph true under torchrun: no DDP wrapper, fast.GraphedLoss's gradients averaged by its all_reduce
+    after the micro-batches. Against DDP's own hooks on the same batches (2 processes sharing one GPU over gloo, small
+    preset, fp32, dropout 0, 4 SGD steps of 2 micro-batches, each rank its own batches): every step's averaged
+    gradients within 1e-5."""
+    import socket
+    import tempfile
+    with socket.socket() as s_:
+        s_.bind(("127.0.0.1", 0))
+        port = s_.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "grads.pt"
+        torch.multiprocessing.spawn(ddp_graph_worker, args=(port, str(out)), nprocs=2)
+        grads = torch.load(out, weights_only=True)
+    err = max(rel(g, d) for g, d in zip(grads["graph"], grads["ddp"]))
+    rows.append(("unilm", "GraphedLoss + all_reduce vs DDP's hooks, 2 processes (gloo), 4 SGD steps of 2 "
+                 "micro-batches (fp32): each step's averaged gradients", f"{err:.2e}", err < 1e-5))
+    return err < 1e-5
 
 
 def check_packing(model, obj, tok, dev, rows, name):
@@ -471,7 +576,15 @@ def main():
                 ok = False
                 rows.append((name, f"{check.__name__} crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
             torch.cuda.empty_cache()
-    if only_decode or only_graph:
+    if only_decode:
+        return report(rows, ok)
+    for check in (check_ddp_graph, check_train_loop_graph):
+        try:
+            ok &= check(rows)
+        except Exception as e:                       # report, and go on
+            ok = False
+            rows.append(("unilm", f"{check.__name__} crashed", f"{type(e).__name__}: {str(e)[:300]}", False))
+    if only_graph:
         return report(rows, ok)
     if not only_triton:
         ok &= check_copy_scores(dev, rows)

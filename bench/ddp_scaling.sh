@@ -4,6 +4,7 @@
 #
 #   bash bench/ddp_scaling.sh                  # pmlm and unilm, 60 steps each
 #   OBJECTIVES="pmlm" STEPS=40 GPUS="1 2" bash bench/ddp_scaling.sh
+#   GRAPH=true OBJECTIVES=unilm GPUS="1 2" bash bench/ddp_scaling.sh   # train.py --graph true (CUDA graphs)
 #
 # Several nodes: torchrun's own --nnodes N --rdzv_backend c10d --rdzv_endpoint HOST:PORT on every node (README).
 set -euo pipefail
@@ -12,6 +13,7 @@ OUT=${OUT:-/tmp/ddp_scaling}
 OBJECTIVES=${OBJECTIVES:-"pmlm unilm"}
 STEPS=${STEPS:-60}
 GPUS=${GPUS:-"1 2 4"}
+GRAPH=${GRAPH:-false}
 mkdir -p "$OUT"
 # the vocabulary and the token cache, built once before the timed runs
 python -c "import data; data.prepare_pretrain(None, 30522, '.cache', max_tokens=509, progress=False)"
@@ -20,7 +22,7 @@ for obj in $OBJECTIVES; do
     devices=$(seq -s, 0 $((n - 1)))
     CUDA_VISIBLE_DEVICES=$devices torchrun --nproc_per_node "$n" --master_port $((29500 + n)) train.py \
       --objective "$obj" --preset base --vocab_size 30522 --seq_len 512 --batch_size 32 --max_steps "$STEPS" \
-      --log_interval 10 --eval_interval 100000 --ckpt_interval 100000 --progress false --overwrite true \
+      --log_interval 10 --eval_interval 100000 --ckpt_interval 100000 --progress false --overwrite true --graph "$GRAPH" \
       --out_dir "$OUT/$obj-$n" > "$OUT/$obj-$n.log" 2>&1 || { echo "$obj on $n GPU(s) failed:"; tail -20 "$OUT/$obj-$n.log"; }
   done
 done

@@ -9,10 +9,13 @@ The model, batches and step are bench/bench_train.py's (base preset, batch 32, 5
 layer as train.py switches it on, compiled blocks). For each run it prints the wall time a step (synchronised),
 the GPU's busy time a step (the difference is time the GPU waited for the host), that time by kind of kernel
 (matrix products, attention, index / scatter, the rest), the --top kernels, and on a GPU the host ops that take
-the most CPU time. Runs (--only): unilm, pmlm, pmlm flex, ernie_gen, palm (copy), palm (no copy), hf. Writes
-profile_step.txt to $OUT when set.
+the most CPU time. Runs (--only): unilm, unilm packed, pmlm, pmlm packed, pmlm flex, ernie_gen, palm (copy), palm
+(no copy), hf; the packed ones in rows of one width (fast.SteadyPacking: the GPU's work of the CUDA-graph step of
+fast/train_graph.py, whose replays the profiler does not break into kernels). Writes profile_step.txt to $OUT when
+set.
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -23,7 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_train import build_step, corpus, hf_step, sync, timed  # noqa: E402
 
-RUNS = {"unilm": ("unilm", "sdpa", {}), "pmlm": ("pmlm", "sdpa", {}), "pmlm flex": ("pmlm", "flex", {}),
+RUNS = {"unilm": ("unilm", "sdpa", {}), "unilm packed": ("unilm", "sdpa", {"pack": True}),
+        "pmlm": ("pmlm", "sdpa", {}), "pmlm packed": ("pmlm", "sdpa", {"pack": True}), "pmlm flex": ("pmlm", "flex", {}),
         "ernie_gen": ("ernie_gen", "sdpa", {}), "palm (copy)": ("palm", "sdpa", {}),
         "palm (no copy)": ("palm", "sdpa", {"copy": False}), "hf": ("hf", "sdpa", {})}
 LINES = []
@@ -71,8 +75,12 @@ def profile_steps(s, label, impl, args, device):
     by_kind = {}
     for e in events:
         by_kind[kind_of(e.key)] = by_kind.get(kind_of(e.key), 0.0) + getattr(e, attr) / n / 1000
+    # the positions the blocks run a step (packed rows, or a row a passage with its padding; HF's: (ids, labels))
+    slots = sum(b[0].numel() if isinstance(b, tuple) else math.prod(b.extras.get("pack_shape", b.input_ids.shape))
+                for b in batches[args.warmup:]) / n
     say(f"\n### {label}, {impl}: wall {sec * 1000:.1f} ms a step, device busy {total:.1f} ms "
-        f"({total / (sec * 1000):.0%})")
+        f"({total / (sec * 1000):.0%}); {slots:,.0f} positions a step, {total / slots * 1000:.2f} us of device "
+        "time a position")
     say("| kind | ms a step | share |\n|---|---|---|")
     for kind, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         say(f"| {kind} | {ms:.1f} | {ms / total:.0%} |")
@@ -120,7 +128,10 @@ def main():
             if name == "hf":
                 s = hf_step(args, device, len(tok), compiled=not args.eager)
             else:
-                s = build_step(name, impl, options, tok, examples, args, device)
+                # "packed": several passages a row, one width (fast.SteadyPacking, as a CUDA-graph step packs)
+                pack = options.get("pack", False)
+                options = {k: v for k, v in options.items() if k != "pack"}
+                s = build_step(name, impl, options, tok, examples, args, device, pack=pack, steady=pack)
             profile_steps(s, label, impl, args, device)
         except Exception as e:               # one failure does not hide the other runs
             say(f"{label} failed: {type(e).__name__}: {str(e)[:300]}")

@@ -13,7 +13,8 @@ a GPU, values and gradients, at base size.
 Importing fast registers FlexAttention as model.py's attn_impl "flex" (ATTENTION, DESCRIBED). The
 doors that switch the rest on (on a CPU the readable path is the default everywhere):
     train.use_fast_layer        speed_up (BucketBias, Triton or compiled copy scores, compiled
-                                blocks) and --pack's packing (fast/packing.py)
+                                blocks), --pack's packing (fast/packing.py) and --graph's
+                                GraphedLoss (fast/train_graph.py)
     generate.decoding_for       decoding on CUDA: decoding(), StaticDecoder replayed as a CUDA graph
                                 and fast/beam.py's searches on the device
     use_triton_bias(model)      fast/triton_bias.py's Triton kernel on the flex path
@@ -34,9 +35,10 @@ Pieces, their readable twins and the tests that hold them equal:
     WholeStep, StepGraph,      generate.beam_search, greedy,        tests/test_fast_graph_search.py,
     static_ban                 ban_tokens (the whole step in one    check_cuda
                                CUDA graph)
-    GraphedLoss, pad_batch     LossModule's forward and backward    tests/test_fast.py (padding),
-                               (fast/train_graph.py: a CUDA graph   check_cuda graph
-                               a steady shape; bench_train --graph)
+    GraphedLoss, pad_batch     LossModule's forward and backward,   tests/test_fast.py (padding,
+                               DDP's all-reduce (fast/train_graph:  packing), check_cuda graph
+                               a CUDA graph a steady shape, packed
+                               or not; train.py --graph true)
     use_triton_bias            Transformer.encode, naive_attention  bench/check_triton.py (CPU: the
                                (fast/triton_bias.py)                interpreter), check_cuda
     use_triton_additive        model.additive_scores                bench/check_triton.py (CPU: the
@@ -58,6 +60,7 @@ from fast.beam import beam_search, greedy  # noqa: F401
 from fast.decoder import GraphedStep, StaticCache, StaticDecoder, slot_mask  # noqa: F401
 from fast.packing import (Packed, Packing, SteadyPacking, key_cost, pack_rows,  # noqa: F401
                           pack_width, packed, plan_packing)
+from fast.train_graph import GraphedLoss, pad_batch  # noqa: F401
 
 # model.py's hooks for the "flex" path: FlexAttention, its block mask and score_mod made once a
 # batch

@@ -59,10 +59,11 @@ def pack_width(lengths, multiple=1, key_cost=0.0, max_padding=None):
 def plan_packing(batch, multiple=1, key_cost=0.0, width=None, max_padding=None):
     """The packing of a Batch, computed on the CPU (where the batch is built): its passages go into
     rows of pack_width (or of `width`, widened to the longest passage), several to a row. -> the
-    Batch with three extras: "pack_tokens" (N,) where its N real tokens are in the batch flattened
-    (B * L), "pack_slots" (N,) where they go in the packed rows flattened (rows * width), and
-    "pack_shape" (rows, width). The batch itself stays as the objective made it: `packed` packs it
-    for the blocks and unpacks their output."""
+    Batch with four extras: "pack_tokens" (N,) where its N real tokens are in the batch flattened
+    (B * L), "pack_slots" (N,) where they go in the packed rows flattened (rows * width),
+    "pack_shape" (rows, width), and "pack_free" a slot no token goes to (None if every slot is
+    taken; fast/train_graph.py's padding needs one). The batch itself stays as the objective made
+    it: `packed` packs it for the blocks and unpacks their output."""
     if len(batch) == 0:
         return batch
     real = batch.kind != PAD                                            # (B, L)
@@ -74,8 +75,13 @@ def plan_packing(batch, multiple=1, key_cost=0.0, width=None, max_padding=None):
     first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot
     # the real tokens of a passage keep their order, one slot after the other (PALM's gap closes)
     slot = first[:, None] + real.long().cumsum(1) - 1                   # (B, L)
+    # a row's passages fill it from its first slot on: its last slot is free if they leave room
+    used = [0] * rows
+    for (r, _), n in zip(place, lengths):
+        used[r] += n
+    free = next((r * width + width - 1 for r in range(rows) if used[r] < width), None)
     batch.extras.update(pack_tokens=real.flatten().nonzero().squeeze(1), pack_slots=slot[real],
-                        pack_shape=(rows, width))
+                        pack_shape=(rows, width), pack_free=free)
     return batch
 
 

@@ -107,6 +107,21 @@ def test_fast_copy_scores_without_triton_is_the_compiled_function(monkeypatch):
         fast.fast_copy_scores("triton")
 
 
+def test_graph_true_refuses_fp16_in_one_line():
+    """train.py --graph true: fp16's loss scaler runs outside a CUDA graph, so fp16 is refused (checked before the
+    card is asked anything); on a CPU --graph true is refused (tests/test_train.py), auto is off."""
+    import train
+    from utils import UsageError
+    for device, dtype, words in (("cuda", "fp16", "fp16's loss scaler runs outside a CUDA graph"),
+                                 ("cpu", "fp32", "it needs a CUDA device")):
+        with pytest.raises(UsageError, match=words):
+            train.use_fast_layer(tiny_model(40), get_objective("unilm", TOK), train.TrainConfig(graph="true"),
+                                 torch.device(device), dtype)
+    _, _, graph = train.use_fast_layer(tiny_model(40), get_objective("unilm", TOK), train.TrainConfig(graph="auto"),
+                                       torch.device("cpu"), "fp32")
+    assert graph is False
+
+
 def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkeypatch):
     """train.py compiles the blocks for any shape (dynamic=True): the count of rows changes with packing and
     with the examples an objective skips, and compiling once per shape ran the study's ERNIE-GEN pre-training
@@ -117,7 +132,7 @@ def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkey
     seen = {}
     monkeypatch.setattr(fast, "speed_up", lambda model, **kw: seen.update(kw))
     train.use_fast_layer(tiny_model(40), get_objective("unilm", TOK), train.TrainConfig(compile="true"),
-                         torch.device("cpu"))
+                         torch.device("cpu"), "fp32")
     assert seen == {"compile": True, "dynamic": True}
     # dynamo's graphs and guards as train.py's compile makes them; the eager backend skips code generation
     compile_ = torch.nn.Module.compile
@@ -348,11 +363,13 @@ def test_grouped_cache_lets_each_beam_see_its_own_history_only():
 # --- the training step at a steady static shape (what fast/train_graph.py captures as a CUDA graph) -------------
 
 
+@pytest.mark.parametrize("pack", [False, True], ids=["one a row", "packed"])
 @pytest.mark.parametrize("name", ["unilm", "pmlm", "ernie_gen", "palm"])
-def test_a_batch_padded_to_the_steady_shape_trains_as_itself(name, tok, passages):
+def test_a_batch_padded_to_the_steady_shape_trains_as_itself(name, pack, tok, passages):
     """fast.train_graph pads every batch to one steady shape (a padding row, a wider row, labelled counts rounded
-    up): the loss, every metric but the count-free ones, and every parameter's gradient are the unpadded batch's
-    (float64, the readable path; the CUDA graph itself: bench/check_cuda.py graph)."""
+    up; packed: wider packed rows, token counts rounded up): the loss, every metric and every parameter's gradient
+    are the unpadded batch's, one passage a row (float64, the readable path; the CUDA graph itself:
+    bench/check_cuda.py graph)."""
     import random
     import train
     from fast import train_graph
@@ -360,14 +377,22 @@ def test_a_batch_padded_to_the_steady_shape_trains_as_itself(name, tok, passages
     obj = get_objective(name, tok, max_len=128)
     obj.set_step(10 ** 9, 10 ** 9)                                 # PALM: stage 2, continuation + copy
     model = model_for(name, tok, "sdpa")
-    module = train.LossModule(model, obj)
+    module = train.LossModule(model, obj, fast.packed)
     shapes = train_graph.StaticShapes(multiple=64)
+    packing = fast.SteadyPacking(multiple=64)             # the width StaticShapes keeps: the free slot is its own
     for k in range(3):
-        batch = obj.make_batch(random.Random(k).sample(passages["train"], 6), random.Random(k))
-        key = shapes.fit(batch)
-        padded = train_graph.pad_batch(batch, *key[:2], key[2], tok.pad_id)
+        rng = random.Random(k)
+        mixed = [p[:rng.randint(1, len(p))] for p in rng.sample(passages["train"], 6)]
+        batch = obj.make_batch(mixed, random.Random(k))
+        shown = packing(obj.make_batch(mixed, random.Random(k))) if pack else batch
+        shape = shapes.fit(shown)
+        padded = train_graph.pad_batch(shown, shape, tok.pad_id)
         assert len(padded) == 7 and padded.input_ids.size(1) % 64 == 0 and padded.input_ids.size(1) >= batch.input_ids.size(1)
         assert all(padded.labelled(kind) > batch.labelled(kind) for kind in batch.n_labels)
+        if pack:
+            rows, width = shown.extras["pack_shape"]
+            assert padded.extras["pack_shape"] == shape.packed[:2] and shape.packed[0] == rows
+            assert shape.packed[1] >= width and padded.extras["pack_tokens"].numel() == shape.packed[2]
         runs = []
         for b in (batch, padded):
             model.zero_grad(set_to_none=True)
@@ -383,10 +408,32 @@ def test_a_batch_padded_to_the_steady_shape_trains_as_itself(name, tok, passages
             torch.testing.assert_close(gb, ga, rtol=1e-10, atol=1e-12)
 
 
+def test_the_spare_token_indices_of_a_packing_land_in_a_free_slot():
+    """pad_packing: a token index a slot of the packed rows, the spare ones sending the batch's last token, padding,
+    to a slot no real token takes: the packing's own free slot, or the last slot where the rows widened; a full
+    packing has none spare. StaticShapes keeps the packing's count of rows."""
+    from fast import train_graph
+    from objectives import Batch
+    # 3 passages of 4 tokens in rows of width 4 (batch 3 x 4): full rows, no free slot, nothing spare
+    ids = torch.zeros(3, 4, dtype=torch.long)
+    full = dict(pack_tokens=torch.arange(12), pack_slots=torch.arange(12), pack_shape=(3, 4), pack_free=None)
+    shape = train_graph.StaticShapes(multiple=4).fit(Batch(ids, ids, ids, ids, ids + 1, ids, full, {}))
+    assert shape.packed == (3, 4, 12)
+    assert torch.equal(train_graph.pad_packing(full, 4, shape)["pack_slots"], torch.arange(12))
+    # one slot free, the last of row 1 (slots 0-6 and 8-11 taken); then the same rows widened to 8
+    taken = torch.tensor([0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11])
+    packing = dict(pack_tokens=torch.arange(11), pack_slots=taken, pack_shape=(3, 4), pack_free=7)
+    for packed, free in (((3, 4, 12), 7), ((3, 8, 24), 23)):
+        extras = train_graph.pad_packing(packing, 4, train_graph.Shape(4, 4, (), packed))
+        real, spare = extras["pack_slots"][:11], extras["pack_slots"][11:]
+        assert spare.numel() == packed[2] - 11 and (spare == free).all() and free not in real
+        assert (extras["pack_tokens"][11:] == 15).all()                  # the padded batch's last token
+
+
 def test_steady_shapes_only_grow_and_key_the_graphs(tok, passages):
-    """StaticShapes: rows = the most seen + 1, width and labelled counts the most seen rounded up to the multiple;
-    a smaller batch keeps the shape (and so its graph); the key also holds the batch's Python extras (UniLM's LM
-    type: a graph of its own)."""
+    """StaticShapes: rows = the most seen + 1, width and labelled counts the most seen rounded up (to the multiple,
+    to 8 times it); a smaller batch keeps the shape (and so its graph); the key also holds the batch's Python extras
+    (UniLM's LM type: a graph of its own)."""
     import random
     from fast import train_graph
     obj = get_objective("unilm", tok, max_len=128)
@@ -394,7 +441,8 @@ def test_steady_shapes_only_grow_and_key_the_graphs(tok, passages):
     big = obj.make_batch(random.Random(0).sample(passages["train"], 8), random.Random(0))
     small = obj.make_batch(random.Random(1).sample(passages["train"], 3), random.Random(1))
     first = shapes.fit(big)
-    assert first[0] == 9 and first[1] % 64 == 0 and all(n % 64 == 0 for _, n in first[2])
+    assert first.rows == 9 and first.width % 64 == 0 and all(n % 512 == 0 for _, n in first.counts)
+    assert first.packed is None
     assert shapes.fit(small) == first
     keys = {train_graph.extras_key(obj.make_batch(passages["train"][:4], random.Random(k))) for k in range(12)}
     assert len(keys) >= 2 and all(dict(k)["lm_type"] in range(4) for k in keys)

@@ -206,8 +206,9 @@ def test_train_loss_module_packs(tok, passages, pairs):
     objective the packed view, and the loss is the one of the same batch unpacked."""
     obj = get_objective("pmlm", tok, max_len=128)
     model = model_for("pmlm", tok, "sdpa")
-    pack, view = train.use_fast_layer(model, obj, train.TrainConfig(pack="true", compile="false"),
-                                      torch.device("cpu"))
+    pack, view, graph = train.use_fast_layer(model, obj, train.TrainConfig(pack="true", compile="false"),
+                                             torch.device("cpu"), "fp32")
+    assert not graph
     assert view is fast.packed
     module = train.LossModule(model, obj, view)
     unpacked = data.StepBatches(obj, passages["train"], 8, 1, 0, 10).build(3)[0]

@@ -436,6 +436,8 @@ def test_every_data_error_is_one_line(tmp_path, corpus):
     (["--seq_len", "2"], "--seq_len 2 is too small for pmlm"),
     (["--seq_len", "4", "--objective", "unilm"], "need --seq_len >= 5"),
     (["--init_from", "train.py"], "not a unigen checkpoint"),
+    (["--graph", "true", "--device", "cpu"], "--graph true replays CUDA graphs: it needs a CUDA device"),
+    (["--graph", "yes"], "--graph 'yes': choose auto, true or false"),
 ])
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, words):
     res = subprocess.run([sys.executable, "train.py", *args, "--cache_dir", str(tmp_path), "--out_dir",
