@@ -764,13 +764,14 @@ def batches(examples, batch_size, seed, epoch, rank=0, world_size=1, drop_last=T
 @functools.lru_cache(maxsize=2)
 def _rank_order(n, seed, epoch, rank, world_size, drop_last):
     """This rank's example indices for one epoch: every world_size-th of the shared shuffle."""
-    # 8 bytes an example (a list of Python ints takes about 36): the one array as long as the corpus
-    order = array.array("q", range(n))
+    # 4 bytes an example below 2^31 examples, else 8 (a list of Python ints takes about 36): the one
+    # array as long as the corpus; the shuffle moves items, whatever their type
+    order = array.array("i" if n < 2 ** 31 else "q", range(n))
     random.Random(f"batches:{seed}:{epoch}").shuffle(order)
     per_rank = _per_rank(n, world_size, drop_last)
     # % n: wrap to pad
     mine = np.arange(rank, per_rank * world_size, world_size) % n
-    return np.frombuffer(order, dtype=np.int64)[mine]
+    return np.frombuffer(order, dtype=f"i{order.itemsize}")[mine]
 
 
 def batch_at(examples, batch_size, seed, index, rank=0, world_size=1, drop_last=True):

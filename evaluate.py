@@ -373,11 +373,13 @@ def bleu_details(predictions, references, tokenize="13a"):
         # the reference length closest to the hypothesis length, the shorter one on ties
         lengths = sorted(len(r) for r in ref_tokens)        # min keeps the first of equals
         ref_len += min(lengths, key=lambda length: abs(length - len(hyp)))
-    return _bleu_from_stats(correct, total, sys_len, ref_len)
+    return bleu_from_stats(correct, total, sys_len, ref_len)
 
 
-def _bleu_from_stats(correct, total, sys_len, ref_len):
-    """BLEU = BP * exp(mean_n log p_n) (Papineni et al. 2002, Sec. 2.3), sacrebleu's smoothing."""
+def bleu_from_stats(correct, total, sys_len, ref_len):
+    """BLEU = BP * exp(mean_n log p_n) (Papineni et al. 2002, Sec. 2.3), sacrebleu's smoothing, from
+    a corpus's summed statistics: matched and output n-grams of orders 1-4, output and reference
+    lengths (bench/study.py resamples them for its intervals)."""
     # brevity penalty: exp(1 - r/c) when the system output is shorter than the references
     bp = 1.0 if sys_len >= ref_len else (math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0)
     precisions = [0.0] * 4

@@ -945,7 +945,7 @@ def metric_of(sums, n, metric):
     import evaluate
     if metric == "rougeL":
         return sums[:, 0] / n
-    return np.array([evaluate._bleu_from_stats(list(s[2:6]), list(s[6:10]), s[0], s[1])["score"] for s in sums])
+    return np.array([evaluate.bleu_from_stats(list(s[2:6]), list(s[6:10]), s[0], s[1])["score"] for s in sums])
 
 
 def interval(cells, name, task, base=None, draws=DRAWS, seed=0):

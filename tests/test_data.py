@@ -356,6 +356,11 @@ def test_batches_deterministic_and_shuffled_per_epoch():
     assert a != list(data.batches(ex, 5, seed=0, epoch=1)) and a != list(data.batches(ex, 5, seed=1, epoch=0))
     assert sorted(x for b in a for x in b) == ex
     assert list(data.batches(ex, 5, seed=0, epoch=0, start=7)) == a[7:]
+    # the order is the shuffle of the plain list (held in 4 bytes an example: the same moves)
+    plain = list(range(50))
+    random.Random("batches:0:0").shuffle(plain)
+    assert [x for b in a for x in b] == plain
+    assert data._rank_order(50, 0, 0, 0, 1, True).itemsize == 4
 
 
 def test_batches_refuse_a_rank_outside_the_world():
