@@ -4,7 +4,7 @@
 #
 #   bash bench/ddp_scaling.sh                  # pmlm and unilm, 60 steps each
 #   OBJECTIVES="pmlm" STEPS=40 GPUS="1 2" bash bench/ddp_scaling.sh
-#   GRAPH=true OBJECTIVES=unilm GPUS="1 2" bash bench/ddp_scaling.sh   # train.py --graph true (CUDA graphs)
+#   GRAPH=true OUT=/tmp/ddp_graph OBJECTIVES=unilm bash bench/ddp_scaling.sh   # train.py --graph true (CUDA graphs)
 #
 # Several nodes: torchrun's own --nnodes N --rdzv_backend c10d --rdzv_endpoint HOST:PORT on every node (README).
 set -euo pipefail
