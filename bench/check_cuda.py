@@ -170,31 +170,36 @@ def check_train_graph(name, tok, dev, rows):
     return ok
 
 
+# train.py as the checks of its own settings run it: small preset, dropout 0, no evaluation or checkpoint midway
+TRAIN_FLAGS = ["--preset", "small", "--seq_len", "128", "--batch_size", "16", "--eval_interval", "1000",
+               "--ckpt_interval", "1000", "--dropout", "0", "--progress", "false", "--vocab_size", "30522",
+               "--cache_dir", os.environ.get("CACHE", ".cache")]
+
+
+def train_run(*flags):
+    """train.py with TRAIN_FLAGS and these in a folder of its own -> (its training records, its final weights)."""
+    import json
+    import tempfile
+    import train
+    with tempfile.TemporaryDirectory() as out:
+        train.main(TRAIN_FLAGS + ["--out_dir", out, *flags])
+        log = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        ckpt = torch.load(Path(out) / "ckpt.pt", weights_only=True, map_location="cpu")
+    return [r for r in log if r["split"] == "train"], ckpt["model"]
+
+
 def check_train_loop_graph(rows, steps=12):
     """train.py --graph true against --graph false from the same weights on the same batches (small preset, dropout
     0, fp32, --grad_accum 2, compiled blocks; one passage a row and --pack true): every step's loss within 1e-4 and
     the final weights within 1e-4 (relative norm, per tensor), which holds the graph's gradient scale (1 /
     grad_accum), its gradients kept across micro-batches and zeroed in place after the optimizer step."""
-    import json
-    import tempfile
-    import train
-    flags = ["--preset", "small", "--seq_len", "128", "--batch_size", "16", "--grad_accum", "2", "--max_steps",
-             str(steps), "--log_interval", "1", "--eval_interval", "1000", "--ckpt_interval", "1000", "--dropout",
-             "0", "--dtype", "fp32", "--progress", "false", "--vocab_size", "30522",
-             "--cache_dir", os.environ.get("CACHE", ".cache")]
-
-    def run(*more):
-        with tempfile.TemporaryDirectory() as out:
-            train.main(flags + ["--out_dir", out, *more])
-            log = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-            ckpt = torch.load(Path(out) / "ckpt.pt", weights_only=True, map_location="cpu")
-        return [r["loss"] for r in log if r["split"] == "train"], ckpt["model"]
-
     ok = True
     for name in ("unilm", "pmlm"):
         for pack in ("false", "true"):
-            (eager_loss, eager_w), (graph_loss, graph_w) = (
-                run("--objective", name, "--pack", pack, "--graph", graph) for graph in ("false", "true"))
+            (eager_log, eager_w), (graph_log, graph_w) = (
+                train_run("--objective", name, "--pack", pack, "--graph", graph, "--grad_accum", "2", "--max_steps",
+                          str(steps), "--log_interval", "1", "--dtype", "fp32") for graph in ("false", "true"))
+            eager_loss, graph_loss = ([r["loss"] for r in log] for log in (eager_log, graph_log))
             loss_err = max(abs(a - b) / abs(b) for a, b in zip(graph_loss, eager_loss))
             w_err = max(rel(graph_w[k], eager_w[k]) for k in eager_w)
             good = len(graph_loss) == len(eager_loss) == steps and max(loss_err, w_err) < 1e-4
@@ -455,19 +460,10 @@ def check_fp16_scaler(rows, objective="unilm", steps=12):
     5e-2 of fp32's (relative norm, per tensor). Then a scale of 2^40, which overflows every fp16 gradient: each step
     is skipped on the device (the weights stay the initial ones), the scale halves each time, the log counts them."""
     import functools
-    import json
-    import tempfile
     import train
-    flags = ["--objective", objective, "--preset", "small", "--seq_len", "128", "--batch_size", "16",
-             "--eval_interval", "1000", "--ckpt_interval", "1000", "--compile", "false", "--dropout", "0",
-             "--progress", "false", "--vocab_size", "30522", "--cache_dir", os.environ.get("CACHE", ".cache")]
 
     def run(*more):
-        with tempfile.TemporaryDirectory() as out:
-            train.main(flags + ["--out_dir", out, *more])
-            log = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-            ckpt = torch.load(Path(out) / "ckpt.pt", weights_only=True, map_location="cpu")
-        return [r for r in log if r["split"] == "train"], ckpt["model"]
+        return train_run("--objective", objective, "--compile", "false", *more)
 
     ok = True
     for layout, post_ln in (("pre-LN", "false"), ("post-LN", "true")):

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.bench_train import build_step, corpus, hf_step, sync, timed  # noqa: E402
+from bench.bench_train import build_step, corpus, hf_step, shape, sync, timed  # noqa: E402
 
 RUNS = {"unilm": ("unilm", "sdpa", {}), "unilm packed": ("unilm", "sdpa", {"pack": True}),
         "pmlm": ("pmlm", "sdpa", {}), "pmlm packed": ("pmlm", "sdpa", {"pack": True}), "pmlm flex": ("pmlm", "flex", {}),
@@ -76,8 +76,7 @@ def profile_steps(s, label, impl, args, device):
     for e in events:
         by_kind[kind_of(e.key)] = by_kind.get(kind_of(e.key), 0.0) + getattr(e, attr) / n / 1000
     # the positions the blocks run a step (packed rows, or a row a passage with its padding; HF's: (ids, labels))
-    slots = sum(b[0].numel() if isinstance(b, tuple) else math.prod(b.extras.get("pack_shape", b.input_ids.shape))
-                for b in batches[args.warmup:]) / n
+    slots = sum(math.prod(shape(b) or b[0].shape) for b in batches[args.warmup:]) / n
     say(f"\n### {label}, {impl}: wall {sec * 1000:.1f} ms a step, device busy {total:.1f} ms "
         f"({total / (sec * 1000):.0%}); {slots:,.0f} positions a step, {total / slots * 1000:.2f} us of device "
         "time a position")
