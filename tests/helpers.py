@@ -1,4 +1,7 @@
-"""Shared test tools: tiny models, and the project's leakage checker (objectives/leakage.py) for one row."""
+"""Shared test tools: tiny models, a tiny corpus, and the project's leakage checker (objectives/leakage.py) for one
+row."""
+import pydoc_data.topics
+
 import torch
 
 import model as M
@@ -11,6 +14,14 @@ def tiny_model(vocab_size, seed=0, **overrides):
     cfg = dict(vocab_size=vocab_size, n_layer=2, n_head=2, n_embd=32, ffn_dim=64, max_position=512, dropout=0.0)
     cfg.update(overrides)
     return M.Transformer(M.ModelConfig(**cfg)).eval()
+
+
+def write_docs(path, n_topics):
+    """The first n_topics of CPython's help topics (each cut to 1,500 characters, its whitespace made single spaces),
+    a blank line between documents, written to path -> the (name, text) topics."""
+    topics = sorted(pydoc_data.topics.topics.items())[:n_topics]
+    path.write_text("\n\n".join(" ".join(text.split())[:1500] for _, text in topics))
+    return topics
 
 
 def input_gradients(model, batch, b, row):

@@ -5,13 +5,13 @@ a GPU is bench/check_cuda.py's."""
 import functools
 import json
 
-import pydoc_data.topics
 import pytest
 import torch
 
 import generate as G
 import model as M
 import train
+from tests.helpers import write_docs
 from utils import UsageError
 
 TINY = ["--preset", "tiny", "--n_layer", "1", "--n_embd", "32", "--n_head", "2", "--ffn_dim", "64",
@@ -22,8 +22,7 @@ TINY = ["--preset", "tiny", "--n_layer", "1", "--n_embd", "32", "--n_head", "2",
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
-    topics = sorted(pydoc_data.topics.topics.items())[:30]
-    (folder / "docs.txt").write_text("\n\n".join(" ".join(text.split())[:1500] for _, text in topics))
+    write_docs(folder / "docs.txt", 30)
     return folder
 
 

@@ -5,12 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pydoc_data.topics
 import pytest
 import torch
 
 import evaluate
 import train
+from tests.helpers import tiny_model, write_docs
 from tests.test_train import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,8 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def workdir(tmp_path_factory):
     """A tiny corpus and a tiny seq2seq task (first sentence of a help topic -> its title)."""
     d = tmp_path_factory.mktemp("loop")
-    topics = sorted(pydoc_data.topics.topics.items())[:40]
-    (d / "corpus.txt").write_text("\n\n".join(" ".join(text.split())[:1500] for _, text in topics))
+    topics = write_docs(d / "corpus.txt", 40)
     with open(d / "train.jsonl", "w") as f:
         for name, text in topics:
             f.write(json.dumps({"src": " ".join(text.split()[:30]), "tgt": name.replace("-", " ")}) + "\n")
@@ -64,7 +63,6 @@ def test_pretrain_finetune_generate_evaluate(workdir, objective, capsys):
 def test_perplexity_is_the_exponent_of_the_objectives_own_loss(tok, pairs):
     """With noise and smoothing off, the fine-tuning loss is the mean target NLL the decoder sees."""
     from objectives import get_objective
-    from tests.helpers import tiny_model
     model = tiny_model(len(tok), rel_pos_buckets=32)
     obj = get_objective("pmlm", tok, task="seq2seq", max_len=512, target_noise_prob=0.0)
     examples = pairs["valid"][:6]

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pydoc_data.topics
 import pytest
 import torch
 
@@ -18,7 +17,7 @@ import train
 from objectives import OBJECTIVES, get_objective, leakage, masks, objective_class
 from objectives.masks import CTX, ORIG
 from objectives.mass import MassObjective, span_layout
-from tests.helpers import tiny_model
+from tests.helpers import tiny_model, write_docs
 from tests.test_train import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,8 +194,7 @@ def test_loss_falls(tok, passages):
 
 def test_train_fine_tune_generate_cli(tmp_path):
     """python train.py --objective mass (pre-training, then fine-tuning), then generate.py decodes with it."""
-    topics = sorted(pydoc_data.topics.topics.items())[:40]
-    (tmp_path / "corpus.txt").write_text("\n\n".join(" ".join(text.split())[:1500] for _, text in topics))
+    topics = write_docs(tmp_path / "corpus.txt", 40)
     with open(tmp_path / "train.jsonl", "w") as f:
         for name, text in topics:
             f.write(json.dumps({"src": " ".join(text.split()[:30]), "tgt": name.replace("-", " ")}) + "\n")

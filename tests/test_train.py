@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import train
+from tests.helpers import write_docs
 from utils import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +27,7 @@ TINY = ["--preset", "tiny", "--n_layer", "1", "--n_embd", "32", "--n_head", "2",
 def corpus(tmp_path_factory):
     """40 documents of CPython's own docs, a blank line between documents."""
     folder = tmp_path_factory.mktemp("corpus")
-    topics = sorted(pydoc_data.topics.topics.items())[:40]
-    (folder / "docs.txt").write_text("\n\n".join(" ".join(text.split())[:1500] for _, text in topics))
+    write_docs(folder / "docs.txt", 40)
     return folder
 
 
