@@ -65,7 +65,7 @@ def padding(batches, multiple, packing, key_cost=0.0, steady=False, start=0, max
             n, width = fast.plan_packing(batch, multiple, key_cost, max_padding=max_padding).extras["pack_shape"]
         else:
             n, L = batch.kind.shape
-            width = -(-L // multiple) * multiple
+            width = fast.round_up(L, multiple)
         slots += n * width
         rows += n
     return 1 - real / slots, rows / len(batches)

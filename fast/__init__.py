@@ -59,7 +59,7 @@ from fast.attention import (BucketBias, FlexBias, block_mask, describe_flex, fle
 from fast.beam import beam_search, greedy  # noqa: F401
 from fast.decoder import GraphedStep, StaticCache, StaticDecoder, slot_mask  # noqa: F401
 from fast.packing import (Packed, Packing, SteadyPacking, key_cost, pack_rows,  # noqa: F401
-                          pack_width, packed, plan_packing)
+                          pack_width, packed, plan_packing, round_up)
 from fast.train_graph import GraphedLoss, pad_batch  # noqa: F401
 
 # model.py's hooks for the "flex" path: FlexAttention, its block mask and score_mod made once a

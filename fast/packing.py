@@ -12,6 +12,11 @@ import torch
 from objectives.masks import PAD, MaskSpec
 
 
+def round_up(n, multiple):
+    """n rounded up to a multiple of `multiple` (-(-a // b): ceil division)."""
+    return -(-n // multiple) * multiple
+
+
 def pack_rows(lengths, width):
     """Best-fit decreasing bin packing: the longest passage first, each into the row with the least
     room that still holds it (a new row if none does). -> ([(row, offset)] per length, rows)."""
@@ -46,7 +51,7 @@ def pack_width(lengths, multiple=1, key_cost=0.0, max_padding=None):
     wider than the longest passage often saves a row (most of the padding left on a corpus of short
     passages is the last row's). max_padding: the cheapest of the widths whose rows are at most this
     share padding (the one with the fewest slots where none is)."""
-    first = -(-max(lengths) // multiple) * multiple
+    first = round_up(max(lengths), multiple)
     step = max(multiple, 8)
     widths = range(first, 2 * first + 1, step)
     slots = {width: pack_rows(lengths, width)[1] * width for width in widths}
@@ -70,7 +75,7 @@ def plan_packing(batch, multiple=1, key_cost=0.0, width=None, max_padding=None):
     lengths = real.sum(1).tolist()
     if width is None:
         width = pack_width(lengths, multiple, key_cost, max_padding)
-    width = max(width, -(-max(lengths) // multiple) * multiple)
+    width = max(width, round_up(max(lengths), multiple))
     place, rows = pack_rows(lengths, width)
     first = torch.tensor([r * width + offset for r, offset in place])  # (B,) a passage's 1st slot
     # the real tokens of a passage keep their order, one slot after the other (PALM's gap closes)

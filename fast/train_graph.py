@@ -28,15 +28,12 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from fast.packing import round_up
 from objectives import Batch
 from objectives.masks import PAD
 
 # a batch's tensor fields, in Batch's order
 FIELDS = ("input_ids", "position_ids", "segment_ids", "labels", "kind", "step")
-
-
-def round_up(n, multiple):
-    return -(-n // multiple) * multiple
 
 
 class Shape(NamedTuple):
