@@ -25,6 +25,7 @@ import ast
 import functools
 import importlib
 import sys
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -82,6 +83,18 @@ def _project_modules():
     return names | {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
 
 
+# grade_class.py checks several students' files at once, one thread each. Two threads importing two modules of
+# a package whose __init__ imports its own submodules (objectives/) can each find the other's module half made
+# ("cannot import name ... from partially initialized module"): the check imports one module at a time. The lock
+# is re-entrant: importing a grader runs the copy check on the file it grades (exercises/_grading.py).
+_IMPORTING = threading.RLock()
+
+
+def _import(name):
+    with _IMPORTING:
+        return importlib.import_module(name)
+
+
 def _resolve(dotted):
     """A dotted name of the project -> (canonical dotted name, object), or (dotted, None) if not resolvable."""
     parts = dotted.split(".")
@@ -90,7 +103,7 @@ def _resolve(dotted):
     obj, used = None, 0
     for k in range(len(parts), 0, -1):                  # the longest importable prefix, then attributes
         try:
-            obj, used = importlib.import_module(".".join(parts[:k])), k
+            obj, used = _import(".".join(parts[:k])), k
             break
         except Exception:
             continue
@@ -126,7 +139,7 @@ def answers(exercise):
         if not entry.endswith(".*"):
             out.append(entry)
             continue
-        module = importlib.import_module(entry[:-2])
+        module = _import(entry[:-2])
         out += [f"{module.__name__}.{k}" for k, v in vars(module).items()
                 if callable(v) and getattr(v, "__module__", None) == module.__name__]
     return out

@@ -165,6 +165,34 @@ def test_a_students_own_file_is_checked_through(tmp_path):
     assert found and "(your ex02_unilm_mask.py's line 6: objectives.masks.seq2seq)" in str(found[0]), found
 
 
+
+def test_the_check_runs_in_threads():
+    """grade_class.py checks students in threads: four files that import four different modules of objectives/,
+    checked at once in a fresh interpreter, get the findings a check one at a time gets; and a check that imports a
+    grader, which checks a file as it is imported, does not wait on itself."""
+    files = [STUDENTS / "copied_project" / f"{stub}.py"
+             for stub in ("ex02_unilm_mask", "ex03_blockwise", "ex05_span_flow", "capstone_mass")]
+    script = f"""if True:
+        import json, sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        from exercises import _copycheck
+        files, found = {[str(f) for f in files]!r}, {{}}
+        start = threading.Barrier(len(files))
+        def check(f):
+            start.wait()
+            found[f] = [list(x[:2]) for x in _copycheck.check_file(f, f.split("/")[-1][:-3])]
+        threads = [threading.Thread(target=check, args=(f,)) for f in files]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        _copycheck._resolve("exercises.test_02_unilm_mask")
+        print(json.dumps(found))
+    """
+    res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    one_at_a_time = {str(f): [list(x[:2]) for x in _copycheck.check_file(f, f.stem)] for f in files}
+    assert json.loads(res.stdout) == one_at_a_time
+    assert all(one_at_a_time.values())
+
 # --- the stubs: hints that guide without quoting, references that exist ----------------------------------------
 
 def guidance(path):
