@@ -112,6 +112,28 @@ def build_model(cfg, model_dict, tok, ckpt, obj_opts, dist_):
     return model, objective
 
 
+def check_fast_flags(cfg, attn_impl, device, dtype):
+    """The fast layer's flags against this device and precision, in one line each, before any data
+    is read (a flag this card cannot run should not wait for a corpus to be tokenized)."""
+    if cfg.graph == "true" and device.type != "cuda":
+        raise UsageError("--graph true replays CUDA graphs: it needs a CUDA device")
+    if cfg.graph == "true" and dtype == "fp16":
+        raise UsageError("--graph true: fp16's loss scaler runs outside a CUDA graph; "
+                         "use --dtype bf16 or fp32, or --graph false")
+    if attn_impl == "flex" and device.type != "cuda":
+        raise UsageError("--attn_impl flex trains on CUDA only "
+                         "(FlexAttention has no backward on a CPU)")
+    if device.type != "cuda":
+        return
+    can = M.fast_pieces(torch.cuda.get_device_capability(device))
+    if attn_impl == "flex" and not can["flex"]:
+        raise UsageError(f"--attn_impl flex needs a card of compute capability "
+                         f"{M.FAST_PIECES['flex'][0]}.0 or more; use --attn_impl sdpa")
+    if cfg.compile == "true" and not can["compile"]:
+        raise UsageError("--compile true: torch.compile's Triton kernels need compute capability "
+                         "7.0 or more; use --compile auto")
+
+
 def use_fast_layer(model, objective, cfg, device, dtype):
     """train.py's one door into the fast layer (fast/): on CUDA (or --compile true) compiled
     blocks, the GPU relative bias and copy scores; with --pack, several passages a row; with
@@ -119,24 +141,10 @@ def use_fast_layer(model, objective, cfg, device, dtype):
     to every training batch (None: one passage a row), what the loss sees of the model for a batch
     (None: the model itself), and whether start_run replays the step (fast.GraphedLoss). On a CPU
     the readable path runs as it is."""
-    if cfg.graph == "true" and device.type != "cuda":
-        raise UsageError("--graph true replays CUDA graphs: it needs a CUDA device")
-    if cfg.graph == "true" and dtype == "fp16":
-        raise UsageError("--graph true: fp16's loss scaler runs outside a CUDA graph; "
-                         "use --dtype bf16 or fp32, or --graph false")
     # auto: on CUDA, where the step is bf16 or fp32
     graph = switched_on(cfg.graph, device) and dtype != "fp16"
-    if model.config.attn_impl == "flex" and device.type != "cuda":
-        raise UsageError("--attn_impl flex trains on CUDA only "
-                         "(FlexAttention has no backward on a CPU)")
     # the pieces this card runs (model.fast_pieces; main prints them once)
     can = M.fast_pieces(torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
-    if device.type == "cuda" and model.config.attn_impl == "flex" and not can["flex"]:
-        raise UsageError(f"--attn_impl flex needs a card of compute capability "
-                         f"{M.FAST_PIECES['flex'][0]}.0 or more; use --attn_impl sdpa")
-    if device.type == "cuda" and cfg.compile == "true" and not can["compile"]:
-        raise UsageError("--compile true: torch.compile's Triton kernels need compute capability "
-                         "7.0 or more; use --compile auto")
     compiled = switched_on(cfg.compile, device) and (device.type != "cuda" or can["compile"])
     if compiled:
         # few distinct lengths, few compilations
@@ -654,6 +662,7 @@ def main(argv):
     dtype = pick_dtype(cfg, dist_.device)
     model_dict = model_settings(cfg, model_flags, ckpt)
     resolve_defaults(cfg, model_dict, given, ckpt)
+    check_fast_flags(cfg, model_dict.get("attn_impl", M.ModelConfig.attn_impl), dist_.device, dtype)
     # 4. data, and what the objective prepares from it (rank 0 builds the caches, the others read)
     with master_first(dist_):
         tok, splits, obj_opts, info = load_data(cfg, obj_opts, starting_tokenizer(cfg, ckpt),

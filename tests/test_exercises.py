@@ -165,7 +165,6 @@ def test_a_students_own_file_is_checked_through(tmp_path):
     assert found and "(your ex02_unilm_mask.py's line 6: objectives.masks.seq2seq)" in str(found[0]), found
 
 
-
 def test_the_check_runs_in_threads():
     """grade_class.py checks students in threads: four files that import four different modules of objectives/,
     checked at once in a fresh interpreter, get the findings a check one at a time gets; and a check that imports a
@@ -192,6 +191,7 @@ def test_the_check_runs_in_threads():
     one_at_a_time = {str(f): [list(x[:2]) for x in _copycheck.check_file(f, f.stem)] for f in files}
     assert json.loads(res.stdout) == one_at_a_time
     assert all(one_at_a_time.values())
+
 
 # --- the stubs: hints that guide without quoting, references that exist ----------------------------------------
 

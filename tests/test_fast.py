@@ -115,11 +115,26 @@ def test_graph_true_refuses_fp16_in_one_line():
     for device, dtype, words in (("cuda", "fp16", "fp16's loss scaler runs outside a CUDA graph"),
                                  ("cpu", "fp32", "it needs a CUDA device")):
         with pytest.raises(UsageError, match=words):
-            train.use_fast_layer(tiny_model(40), get_objective("unilm", TOK), train.TrainConfig(graph="true"),
-                                 torch.device(device), dtype)
+            train.check_fast_flags(train.TrainConfig(graph="true"), "sdpa", torch.device(device), dtype)
     _, _, graph = train.use_fast_layer(tiny_model(40), get_objective("unilm", TOK), train.TrainConfig(graph="auto"),
                                        torch.device("cpu"), "fp32")
     assert graph is False
+
+
+def test_a_card_too_old_for_a_fast_flag_is_refused_in_one_line(monkeypatch):
+    """train.py on a card of compute capability 7.5 (model.FAST_PIECES): --attn_impl flex (8.0) is refused, and on
+    6.0 --compile true (7.0) is; --compile auto is not. No card is needed: the capability is all that is asked."""
+    import train
+    from utils import UsageError
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    with pytest.raises(UsageError, match=r"--attn_impl flex needs a card of compute capability 8.0 or more"):
+        train.check_fast_flags(train.TrainConfig(), "flex", cuda, "fp32")
+    train.check_fast_flags(train.TrainConfig(compile="true"), "sdpa", cuda, "fp32")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 0))
+    with pytest.raises(UsageError, match=r"--compile true: torch.compile's Triton kernels need compute capability 7.0"):
+        train.check_fast_flags(train.TrainConfig(compile="true"), "sdpa", cuda, "fp32")
+    train.check_fast_flags(train.TrainConfig(compile="auto"), "sdpa", cuda, "fp32")
 
 
 def test_compiled_blocks_compile_once_for_every_shape_train_py_feeds_them(monkeypatch):

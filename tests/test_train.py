@@ -438,6 +438,7 @@ def test_every_data_error_is_one_line(tmp_path, corpus):
     (["--init_from", "train.py"], "not a unigen checkpoint"),
     (["--graph", "true", "--device", "cpu"], "--graph true replays CUDA graphs: it needs a CUDA device"),
     (["--graph", "yes"], "--graph 'yes': choose auto, true or false"),
+    (["--attn_impl", "flex", "--device", "cpu"], "--attn_impl flex trains on CUDA only"),
 ])
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, words):
     res = subprocess.run([sys.executable, "train.py", *args, "--cache_dir", str(tmp_path), "--out_dir",
@@ -447,6 +448,8 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, words):
     assert last.startswith("train.py: error: ") and words in last
     # advice a command-line user can follow: never PyTorch's "load with weights_only=False"
     assert "weights_only" not in res.stderr
+    # refused before any data is read: nothing cached, nothing written
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_resumed_run_says_where_it_resumed(tmp_path, corpus, capsys):
