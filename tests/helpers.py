@@ -1,5 +1,6 @@
 """Shared test tools: tiny models, a tiny corpus, and the project's leakage checker (objectives/leakage.py) for one
 row."""
+import json
 import pydoc_data.topics
 
 import torch
@@ -22,6 +23,14 @@ def write_docs(path, n_topics):
     topics = sorted(pydoc_data.topics.topics.items())[:n_topics]
     path.write_text("\n\n".join(" ".join(text.split())[:1500] for _, text in topics))
     return topics
+
+
+def write_title_task(path, topics):
+    """The seq2seq task of write_docs's topics (a topic's first 30 words -> its title), one JSON line a pair, written
+    to path -> the (src, tgt) pairs."""
+    pairs = [(" ".join(text.split()[:30]), name.replace("-", " ")) for name, text in topics]
+    path.write_text("".join(json.dumps({"src": src, "tgt": tgt}) + "\n" for src, tgt in pairs))
+    return pairs
 
 
 def input_gradients(model, batch, b, row):

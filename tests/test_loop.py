@@ -10,7 +10,7 @@ import torch
 
 import evaluate
 import train
-from tests.helpers import tiny_model, write_docs
+from tests.helpers import tiny_model, write_docs, write_title_task
 from tests.test_train import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,12 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def workdir(tmp_path_factory):
     """A tiny corpus and a tiny seq2seq task (first sentence of a help topic -> its title)."""
     d = tmp_path_factory.mktemp("loop")
-    topics = write_docs(d / "corpus.txt", 40)
-    with open(d / "train.jsonl", "w") as f:
-        for name, text in topics:
-            f.write(json.dumps({"src": " ".join(text.split()[:30]), "tgt": name.replace("-", " ")}) + "\n")
-    (d / "test.src").write_text("\n".join(" ".join(t.split()[:30]) for _, t in topics[:4]) + "\n\n")
-    (d / "test.tgt").write_text("\n".join(n.replace("-", " ") for n, _ in topics[:4]) + "\n\n")
+    pairs = write_title_task(d / "train.jsonl", write_docs(d / "corpus.txt", 40))
+    (d / "test.src").write_text("\n".join(src for src, _ in pairs[:4]) + "\n\n")
+    (d / "test.tgt").write_text("\n".join(tgt for _, tgt in pairs[:4]) + "\n\n")
     return d
 
 

@@ -1,6 +1,5 @@
 """MASS (objectives/mass.py, the capstone's reference solution): the layout written out, span statistics,
 leakage by autograd in both tasks, fine-tuning == generate.py's decoding loop, and train.py -> generate.py."""
-import json
 import math
 import random
 import statistics
@@ -17,7 +16,7 @@ import train
 from objectives import OBJECTIVES, get_objective, leakage, masks, objective_class
 from objectives.masks import CTX, ORIG
 from objectives.mass import MassObjective, span_layout
-from tests.helpers import tiny_model, write_docs
+from tests.helpers import tiny_model, write_docs, write_title_task
 from tests.test_train import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,11 +193,8 @@ def test_loss_falls(tok, passages):
 
 def test_train_fine_tune_generate_cli(tmp_path):
     """python train.py --objective mass (pre-training, then fine-tuning), then generate.py decodes with it."""
-    topics = write_docs(tmp_path / "corpus.txt", 40)
-    with open(tmp_path / "train.jsonl", "w") as f:
-        for name, text in topics:
-            f.write(json.dumps({"src": " ".join(text.split()[:30]), "tgt": name.replace("-", " ")}) + "\n")
-    (tmp_path / "test.src").write_text("\n".join(" ".join(t.split()[:30]) for _, t in topics[:3]) + "\n")
+    pairs = write_title_task(tmp_path / "train.jsonl", write_docs(tmp_path / "corpus.txt", 40))
+    (tmp_path / "test.src").write_text("\n".join(src for src, _ in pairs[:3]) + "\n")
     common = TINY + ["--cache_dir", str(tmp_path / "cache"), "--objective", "mass"]
     pre, fine = tmp_path / "pre", tmp_path / "s2s"
     train.main(common + ["--data", str(tmp_path / "corpus.txt"), "--out_dir", str(pre), "--max_steps", "3"])
